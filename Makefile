@@ -1,0 +1,36 @@
+# The two commands: `make demo` and `make test`. Both bootstrap a local virtualenv.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+DEMO_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+demo: $(STAMP)
+	$(BIN)/python -m examples.shop $(DEMO_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check reventless tests examples bench
+	$(BIN)/ruff format --check reventless tests examples bench
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not slow and not postgres and not nats and not aws and not spark" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

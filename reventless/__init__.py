@@ -1,0 +1,105 @@
+"""reventless: event sourcing for Python with declarative aggregate specs.
+
+Example::
+
+    import reventless as rv
+
+    class Created(rv.Event):
+        name: str
+
+    class Register(rv.Command):
+        name: str
+
+    class Customer(rv.Aggregate):
+        events = Created
+        name: str = ""
+
+        @rv.handles(Register)
+        def register(self, cmd: Register) -> Created:
+            return Created(name=cmd.name)
+
+        @rv.applies(Created)
+        def _created(self, e: Created) -> None:
+            self.name = e.name
+"""
+
+from .app import App, AppOptions, CollectorHandle, Projection
+from .broker import Broker, Message
+from .broker.memory import InMemoryBroker
+from .codec import TopicSchema
+from .collect import (
+    CollectorOptions,
+    DeadLetter,
+    Delete,
+    EventMapper,
+    ReadModel,
+    RedriveReport,
+    Send,
+    SideEffectHandler,
+    Upsert,
+)
+from .errors import (
+    AggregateNotFoundError,
+    BrokerError,
+    ConcurrencyError,
+    MetadataError,
+    Rejected,
+    ReservedNameError,
+    ReventlessError,
+    SchemaMismatchError,
+    SpecError,
+    StoreError,
+    TenantError,
+    UnhandledCommandError,
+    UnknownEventTypeError,
+)
+from .eventlog import EventLog, ExecuteResult, LogOptions, Topic
+from .ids import uuid7
+from .spec import Aggregate, Command, Envelope, Event, Metadata, applies, handles
+from .store import StoreOptions
+
+__all__ = [
+    "Aggregate",
+    "AggregateNotFoundError",
+    "App",
+    "AppOptions",
+    "Broker",
+    "BrokerError",
+    "CollectorHandle",
+    "CollectorOptions",
+    "Command",
+    "ConcurrencyError",
+    "DeadLetter",
+    "Delete",
+    "Envelope",
+    "Event",
+    "EventLog",
+    "EventMapper",
+    "ExecuteResult",
+    "InMemoryBroker",
+    "LogOptions",
+    "Message",
+    "Metadata",
+    "MetadataError",
+    "Projection",
+    "ReadModel",
+    "RedriveReport",
+    "Rejected",
+    "ReservedNameError",
+    "ReventlessError",
+    "SchemaMismatchError",
+    "Send",
+    "SideEffectHandler",
+    "SpecError",
+    "StoreError",
+    "StoreOptions",
+    "TenantError",
+    "Topic",
+    "TopicSchema",
+    "UnhandledCommandError",
+    "UnknownEventTypeError",
+    "Upsert",
+    "applies",
+    "handles",
+    "uuid7",
+]

@@ -1,0 +1,381 @@
+"""``App``: builds logs, topics and collectors on a store URL and a broker URL, and runs them.
+
+Example::
+
+    app = rv.App(store="sqlite:///shop.db", broker="memory://")
+    customers = app.event_log(Customer)
+    directory_view = app.collect(directory)
+    async with app:
+        await customers.execute("c-1", Register(name="Ada", address="1 Main St"))
+        await app.settle()
+        print(await directory_view.get("c-1"))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Generic, TypeVar, overload
+
+import pyarrow as pa
+from pydantic import BaseModel
+
+from .broker import Broker, open_broker
+from .codec import TopicSchema
+from .collect.component import Component, EventMapper, HandlerSpec, ReadModel, SideEffectHandler
+from .collect.deadletter import DeadLetter, list_sync
+from .collect.runtime import (
+    Collector,
+    CollectorOptions,
+    MapperCollector,
+    ReadModelCollector,
+    RedriveReport,
+    SideEffectCollector,
+)
+from .collect.table import ReadModelTable
+from .errors import ReventlessError, SpecError, StoreError
+from .eventlog import EventLog, LogOptions, Topic
+from .relay import Relay
+from .spec import Aggregate, Event
+from .store.database import Database, StoreOptions
+from .store.sql import SqlEventStore
+from .topic import TopicDef
+
+A = TypeVar("A", bound=Aggregate)
+R = TypeVar("R", bound=BaseModel)
+log = logging.getLogger("reventless")
+
+
+@dataclass(frozen=True, slots=True)
+class AppOptions:
+    """Grouped keyword options of an App (all optional)."""
+
+    store: StoreOptions = field(default_factory=StoreOptions)
+    log: LogOptions = field(default_factory=LogOptions)
+    collector: CollectorOptions = field(default_factory=CollectorOptions)
+    relay_retry_interval: float = 0.5
+
+
+class CollectorHandle:
+    """The running side of a collected component: lag, pause/resume, dead letters."""
+
+    def __init__(self, app: App, component: Component) -> None:
+        self._app = app
+        self.component = component
+        self.name = component.name
+
+    @property
+    def collector(self) -> Collector:
+        c = self._app._collectors.get(self.name)
+        if c is None:
+            raise StoreError(f"collector {self.name!r} is not running: start the App first")
+        return c
+
+    async def lag(self) -> dict[str, int]:
+        """Per topic: head offset minus checkpoint."""
+        return await self.collector.lag()
+
+    def pause(self) -> None:
+        """Stop processing (deliveries wait)."""
+        self.collector.pause()
+
+    def resume(self) -> None:
+        """Resume processing."""
+        self.collector.resume()
+
+    async def wait_caught_up(self, timeout: float = 30.0) -> None:
+        """Wait until the checkpoint reaches the current head of every topic."""
+        await self.collector.wait_caught_up(timeout)
+
+    async def dead_letters(self) -> list[DeadLetter]:
+        """Open dead letters of this component."""
+        return await self.collector.dead_letters()
+
+    async def redrive(self, aggregate_id: str | None = None) -> RedriveReport:
+        """Retry dead letters per aggregate in offset order."""
+        return await self.collector.redrive(aggregate_id)
+
+
+class Projection(CollectorHandle, Generic[R]):
+    """A collected ReadModel: its runtime plus queries on its table."""
+
+    def __init__(self, app: App, model: ReadModel[R]) -> None:
+        super().__init__(app, model)
+        self.model = model
+
+    @property
+    def table(self) -> ReadModelTable[R]:
+        t = self._app._tables.get(self.name)
+        if t is None:
+            raise StoreError(f"read model {self.name!r} is not built: start the App first")
+        return t
+
+    async def get(self, key: Any) -> R | None:
+        """The row with ``key`` or None."""
+        return await self.table.get(key)
+
+    async def find(self, *, limit: int | None = None, **equals: Any) -> list[R]:
+        """Rows matching column equalities."""
+        return await self.table.find(limit=limit, **equals)
+
+    async def all(self, *, limit: int | None = None) -> list[R]:
+        """All rows, ordered by key."""
+        return await self.table.all(limit=limit)
+
+    async def count(self) -> int:
+        """Number of rows."""
+        return await self.table.count()
+
+
+class App:
+    """Declare logs, topics and collectors; ``async with app`` builds and runs them.
+
+    ``store`` is a SQLAlchemy URL (``sqlite:///file.db`` default, ``sqlite://`` in
+    memory, ``postgresql+psycopg://...``); ``broker`` is ``memory://`` (default),
+    ``nats://...`` or ``sns+sqs://...`` (extras), or a Broker instance.
+    """
+
+    def __init__(
+        self,
+        store: str = "sqlite:///reventless.db",
+        broker: str | Broker = "memory://",
+        *,
+        service: str | None = None,
+        options: AppOptions | None = None,
+    ) -> None:
+        self.options = options or AppOptions()
+        self.service = service
+        self.store = SqlEventStore(Database(store, self.options.store))
+        self.broker: Broker = open_broker(broker) if isinstance(broker, str) else broker
+        self._topics: dict[str, Topic] = {}
+        self._logs: dict[type[Aggregate], EventLog[Any]] = {}
+        self._components: dict[str, Component] = {}
+        self._collectors: dict[str, Collector] = {}
+        self._tables: dict[str, ReadModelTable[Any]] = {}
+        self._relay: Relay | None = None
+        self._started = False
+
+    # -- declaring (no I/O) ----------------------------------------------------------------
+
+    def _declare(self, topic: Topic) -> None:
+        if self._started:
+            raise SpecError("declare topics before the App starts")
+        if topic.name in self._topics:
+            raise SpecError(f"topic {topic.name!r} is declared twice")
+        self._topics[topic.name] = topic
+
+    def event_log(
+        self,
+        spec: type[A],
+        *,
+        topic: str | None = None,
+        tenant: str | None = None,
+        options: LogOptions | None = None,
+    ) -> EventLog[A]:
+        """Declare the log of aggregate ``spec`` (built when the App starts)."""
+        if not (isinstance(spec, type) and issubclass(spec, Aggregate)) or spec is Aggregate:
+            raise SpecError(f"event_log expects an Aggregate subclass, got {spec!r}")
+        if spec in self._logs:
+            return self._logs[spec]
+        name = topic or spec.topic_name
+        definition = TopicDef(
+            name, TopicSchema.from_events(name, spec.event_classes), "aggregate", tenant
+        )
+        log_ = EventLog(spec, definition, options=options or self.options.log, service=self.service)
+        self._declare(log_)
+        self._logs[spec] = log_
+        return log_
+
+    def topic(
+        self,
+        name: str,
+        *,
+        schema: pa.Schema | None = None,
+        model: type[BaseModel] | None = None,
+        tenant: str | None = None,
+        key: str | None = None,
+    ) -> Topic:
+        """Declare a schema topic from an Arrow schema or a pydantic model.
+
+        ``key`` names the column that partitions it (kept in order per key).
+        """
+        if (schema is None) == (model is None):
+            raise SpecError("topic() takes exactly one of schema= or model=")
+        ts = (
+            TopicSchema.from_arrow(name, schema)
+            if schema is not None
+            else TopicSchema.from_model(name, model)  # type: ignore[arg-type]
+        )
+        if key is not None and key not in {c.name for c in ts.columns}:
+            raise SpecError(f"topic {name!r}: key {key!r} is not a column")
+        kind = "arrow" if schema is not None else "model"
+        t = Topic(TopicDef(name, ts, kind, tenant, key), service=self.service)
+        self._declare(t)
+        return t
+
+    @overload
+    def collect(self, component: ReadModel[R]) -> Projection[R]: ...
+
+    @overload
+    def collect(self, component: EventMapper | SideEffectHandler) -> CollectorHandle: ...
+
+    def collect(self, component: Component) -> CollectorHandle:
+        """Run ``component`` in this App (a durable, named subscription)."""
+        if self._started:
+            raise SpecError("collect components before the App starts")
+        if component.name in self._components:
+            raise SpecError(f"a component named {component.name!r} is already collected")
+        self._components[component.name] = component
+        if isinstance(component, ReadModel):
+            return Projection(self, component)
+        return CollectorHandle(self, component)
+
+    def log_for(self, target: type[Aggregate] | str) -> EventLog[Any]:
+        """The EventLog of an aggregate spec or topic name."""
+        if isinstance(target, str):
+            t = self._topics.get(target)
+            if isinstance(t, EventLog):
+                return t
+        elif target in self._logs:
+            return self._logs[target]
+        raise SpecError(f"no EventLog for {target!r} in this App")
+
+    # -- building and running --------------------------------------------------------------
+
+    def _dispatch(self, component: Component) -> dict[str, dict[str, HandlerSpec]]:
+        owner: dict[type[Event], str] = {}
+        for spec, lg in self._logs.items():
+            for ev in spec.event_classes:
+                owner[ev] = lg.name
+        out: dict[str, dict[str, HandlerSpec]] = {}
+        for ev, h in component.handlers.items():
+            topic = owner.get(ev)
+            if topic is None:
+                raise SpecError(
+                    f"{component.name}: handles {ev.__name__}, but no EventLog of this App has it"
+                )
+            out.setdefault(topic, {})[ev.event_type] = h
+        for topic, h in component.topic_handlers.items():
+            if topic not in self._topics:
+                raise SpecError(f"{component.name}: handles unknown topic {topic!r}")
+            out.setdefault(topic, {})["*"] = h
+        if not out:
+            raise SpecError(f"{component.name}: has no handlers")
+        return out
+
+    async def start(self) -> None:
+        """Open the store, build every topic atomically, start relay and collectors."""
+        if self._started:
+            return
+        dispatches = {n: self._dispatch(c) for n, c in self._components.items()}
+        await self.store.open()
+        created: list[str] = []
+        try:
+            await self.broker.connect()
+            for t in self._topics.values():
+                if await self.store.register(t.definition):
+                    created.append(t.name)
+                await self.broker.declare(t.name)
+                t._attach(self.store)
+        except BaseException:
+            for name in reversed(created):  # undo: a failed build leaves nothing behind
+                try:
+                    await self.store.unregister(name)
+                except ReventlessError:
+                    log.exception("could not undo topic %s", name)
+            await self.store.close()
+            raise
+        self._started = True
+        defs = {n: t.definition for n, t in self._topics.items()}
+        self._relay = Relay(
+            self.store, self.broker, defs, retry_interval=self.options.relay_retry_interval
+        )
+        await self._relay.start()
+        for name, comp in self._components.items():
+            kw: dict[str, Any] = {
+                "store": self.store,
+                "broker": self.broker,
+                "topics": {t: defs[t] for t in dispatches[name]},
+                "dispatch": dispatches[name],
+                "options": self.options.collector,
+            }
+            collector: Collector
+            if isinstance(comp, ReadModel):
+                table = ReadModelTable(comp, self.store.db)
+                await self.store.db.write(table.create_sync)
+                self._tables[name] = table
+                collector = ReadModelCollector(comp, table, **kw)
+            elif isinstance(comp, EventMapper):
+                collector = MapperCollector(comp, self.log_for, **kw)
+            elif isinstance(comp, SideEffectHandler):
+                collector = SideEffectCollector(comp, **kw)
+            else:  # pragma: no cover - Component is only subclassed here
+                raise SpecError(f"unknown component kind {comp!r}")
+            self._collectors[name] = collector
+        await asyncio.gather(*(c.start() for c in self._collectors.values()))
+
+    async def stop(self) -> None:
+        """Stop collectors and relay, then close broker and store."""
+        if not self._started:
+            return
+        for c in self._collectors.values():
+            await c.stop()
+        if self._relay is not None:
+            await self._relay.stop()
+        await self.broker.close()
+        await self.store.close()
+        self._collectors.clear()
+        self._started = False
+
+    async def __aenter__(self) -> App:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def settle(self, timeout: float = 60.0) -> None:
+        """Wait until every collector has processed everything (including what mappers
+        cause in turn). Handy in tests, demos and scripts."""
+
+        async def wait() -> None:
+            while True:
+                heads = await self.store.heads()
+                done = all(
+                    c.checkpoints.get(t, 0) >= heads.get(t, 0)
+                    for c in self._collectors.values()
+                    for t in c.checkpoints
+                )
+                if done and heads == await self.store.heads():
+                    return
+                await asyncio.sleep(0.005)
+
+        await asyncio.wait_for(wait(), timeout)
+
+    def collector(self, name: str) -> Collector:
+        """The running collector named ``name``."""
+        try:
+            return self._collectors[name]
+        except KeyError:
+            raise SpecError(f"no running collector {name!r}") from None
+
+    async def dead_letters(self, component: str | None = None) -> list[DeadLetter]:
+        """Open dead letters (of one component, or all)."""
+        db = self.store.db
+        return await db.read(lambda conn: list_sync(db, conn, component))
+
+    async def redrive(self, component: str, aggregate_id: str | None = None) -> RedriveReport:
+        """Retry a component's dead letters per aggregate, in offset order."""
+        return await self.collector(component).redrive(aggregate_id)
+
+    @property
+    def topics(self) -> dict[str, Topic]:
+        """Declared topics by name."""
+        return dict(self._topics)

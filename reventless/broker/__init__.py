@@ -1,0 +1,85 @@
+"""The Broker port (adapters move bytes + headers) and the URL -> adapter registry.
+
+Example::
+
+    broker = open_broker("memory://")
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..errors import BrokerError
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One broker message: an encoded batch of a topic's events and its headers.
+
+    ``msg_id`` is stable for the same content, so brokers can drop duplicate
+    publishes; ``key`` is the partition key (per-key order is kept).
+    """
+
+    topic: str
+    data: bytes
+    msg_id: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    key: str = ""
+
+
+Handler = Callable[[Message], Awaitable[None]]
+
+
+class Subscription(Protocol):
+    """A live subscription; ``close`` stops delivery."""
+
+    async def close(self) -> None: ...
+
+
+class Broker(Protocol):
+    """Fan-out transport. Returning from a handler acks; raising asks for redelivery."""
+
+    async def connect(self) -> None: ...
+
+    async def declare(self, topic: str) -> None: ...
+
+    async def publish(self, messages: Sequence[Message]) -> None: ...
+
+    async def subscribe(self, group: str, topics: Sequence[str], handler: Handler) -> Subscription: ...
+
+    async def close(self) -> None: ...
+
+
+#: URL scheme -> "module:factory"; adapters are imported only when their URL is used.
+SCHEMES: dict[str, str] = {
+    "memory": "reventless.broker.memory:InMemoryBroker.from_url",
+    "nats": "reventless_nats:JetStreamBroker.from_url",
+    "sns+sqs": "reventless_aws:SnsSqsBroker.from_url",
+}
+_HINTS = {"nats": "pip install reventless-nats", "sns+sqs": "pip install reventless-aws"}
+
+
+def open_broker(url: str) -> Broker:
+    """Build the broker adapter for ``url`` (``memory://``, ``nats://...``, ``sns+sqs://...``)."""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    target = SCHEMES.get(scheme)
+    if target is None:
+        raise BrokerError(f"unknown broker URL scheme {scheme!r} in {url!r}")
+    module_name, attr = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BrokerError(
+            f"broker {scheme!r} needs an extra package: {_HINTS.get(scheme, module_name)}"
+        ) from exc
+    obj: object = module
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    broker = obj(url)  # type: ignore[operator]
+    return broker  # type: ignore[no-any-return]
+
+
+__all__ = ["SCHEMES", "Broker", "Handler", "Message", "Subscription", "open_broker"]

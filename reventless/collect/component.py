@@ -1,0 +1,212 @@
+"""Declarations of collector components: read models, event mappers, side-effect handlers.
+
+Declaring is pure: ``@component.on(Event)`` records a handler; ``App.collect``
+binds the component to topics and runs it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel
+
+from ..errors import SpecError
+from ..spec import Aggregate, Command, Envelope, Event
+
+R = TypeVar("R", bound=BaseModel)
+_F = TypeVar("_F", bound=Callable[..., Any])
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
+
+KeyFn = Callable[[Envelope[Any]], Any]
+
+
+def _default_key(ev: Envelope[Any]) -> Any:
+    return ev.aggregate_id
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    """A registered handler: the function, how it is called and how its key is found."""
+
+    fn: Callable[..., Any]
+    wants_current: bool = False
+    key: KeyFn = _default_key
+    is_async: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Upsert(Generic[R]):
+    """Read-model operation: make ``row`` the current row of its key."""
+
+    row: R
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Read-model operation: remove the row with ``key``."""
+
+    key: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Mapper output: execute ``command`` on aggregate ``aggregate_id`` of ``target``.
+
+    ``target`` is an aggregate spec class (or its topic name).
+    """
+
+    target: type[Aggregate] | str
+    aggregate_id: str
+    command: Command
+
+
+class Component:
+    """Base of collector components: a unique name and handlers per event type."""
+
+    kind: Literal["read_model", "mapper", "side_effect"]
+
+    def __init__(self, name: str) -> None:
+        if not _NAME.match(name):
+            raise SpecError(f"component name {name!r} must match {_NAME.pattern}")
+        self.name = name
+        self.handlers: dict[type[Event], HandlerSpec] = {}
+        self.topic_handlers: dict[str, HandlerSpec] = {}
+
+    def _spec(self, fn: Callable[..., Any], key: KeyFn | None) -> HandlerSpec:
+        params = [
+            p for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        if len(params) not in (1, 2) or (len(params) == 2 and self.kind != "read_model"):
+            allowed = "(event) or (event, current)" if self.kind == "read_model" else "(event)"
+            raise SpecError(f"{self.name}: handler {fn.__name__} must take {allowed}")
+        return HandlerSpec(
+            fn=fn,
+            wants_current=len(params) == 2,
+            key=key or _default_key,
+            is_async=inspect.iscoroutinefunction(fn),
+        )
+
+    def on(self, *events: type[Event], key: KeyFn | None = None) -> Callable[[_F], _F]:
+        """Register the decorated function for ``events``.
+
+        ``key`` (read models) picks the row a handler reads as ``current``;
+        default: the event's aggregate id.
+        """
+        if not events:
+            raise SpecError(f"{self.name}: @on needs at least one event class")
+        for e in events:
+            if not (isinstance(e, type) and issubclass(e, Event)):
+                raise SpecError(f"{self.name}: @on expects Event classes, got {e!r}")
+
+        def register(fn: _F) -> _F:
+            spec = self._spec(fn, key)
+            for e in events:
+                if e in self.handlers:
+                    raise SpecError(f"{self.name}: two handlers for {e.__name__}")
+                self.handlers[e] = spec
+            return fn
+
+        return register
+
+    def on_topic(self, topic: str, *, key: KeyFn | None = None) -> Callable[[_F], _F]:
+        """Register the decorated function for every row of a schema topic (e.g. ``cdc.orders``)."""
+
+        def register(fn: _F) -> _F:
+            if topic in self.topic_handlers:
+                raise SpecError(f"{self.name}: two handlers for topic {topic!r}")
+            self.topic_handlers[topic] = self._spec(fn, key)
+            return fn
+
+        return register
+
+
+class ReadModel(Component, Generic[R]):
+    """A keyed query table of pydantic rows kept up to date by event handlers.
+
+    Handlers return ``Upsert(row)``, ``Delete(key)``, ``None`` or a list of them; a
+    handler with a second parameter receives the current row of its key (or None).
+    Rows and the checkpoint commit in one transaction (exactly-once effect).
+
+    Example::
+
+        directory = rv.ReadModel("customer_directory", row=CustomerRow, key="id")
+
+        @directory.on(Created)
+        def _(ev: rv.Envelope[Created]) -> rv.Upsert[CustomerRow]:
+            return rv.Upsert(CustomerRow(id=ev.aggregate_id, name=ev.event.name))
+    """
+
+    kind = "read_model"
+
+    def __init__(self, name: str, *, row: type[R], key: str) -> None:
+        super().__init__(name)
+        if not (isinstance(row, type) and issubclass(row, BaseModel)):
+            raise SpecError(f"{name}: row must be a pydantic model class")
+        if not key or key not in row.model_fields:
+            raise SpecError(f"{name}: key {key!r} is not a field of {row.__name__}")
+        self.row = row
+        self.key = key
+
+
+class EventMapper(Component):
+    """Maps events to commands on other aggregates (sagas, process managers).
+
+    The commands inherit the event's correlation id and get its id as causation id;
+    a deterministic command id makes redelivery harmless.
+
+    Example::
+
+        reserve = rv.EventMapper("reserve_stock")
+
+        @reserve.on(OrderPlaced)
+        def _(ev):
+            return rv.Send(Inventory, ev.event.sku, Reserve(order_id=ev.aggregate_id))
+    """
+
+    kind = "mapper"
+
+
+class SideEffectHandler(Component):
+    """Runs side effects (emails, webhooks) at least once, with retries and dead letters.
+
+    Use ``idempotency_key(ev)`` with the external system to make repeats harmless.
+    """
+
+    kind = "side_effect"
+
+    def __init__(self, name: str, *, max_attempts: int = 3, backoff: float = 0.05) -> None:
+        super().__init__(name)
+        if max_attempts < 1:
+            raise SpecError(f"{name}: max_attempts must be >= 1")
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+
+    def idempotency_key(self, ev: Envelope[Any]) -> str:
+        """A key that is the same on every delivery of ``ev`` to this handler."""
+        return f"{self.name}:{ev.msg_id}"
+
+
+def as_ops(out: Any) -> list[Any]:
+    """Normalise a handler's return value to a list."""
+    if out is None:
+        return []
+    if isinstance(out, Upsert | Delete | Send):
+        return [out]
+    if isinstance(out, Iterable):
+        return list(out)
+    return [out]
+
+
+async def call(spec: HandlerSpec, *args: Any) -> Any:
+    """Call a sync or async handler."""
+    out = spec.fn(*args)
+    if spec.is_async:
+        return await out
+    if isinstance(out, Awaitable):
+        return await out
+    return out

@@ -1,0 +1,424 @@
+"""Running collectors: checkpoints, catch-up from the store, live delivery, dead letters.
+
+A collector processes each topic strictly in offset order. Live batches come from
+the broker; anything before a batch that the checkpoint has not reached (a new
+collector, a restart, a lost or reordered message) is read from the store first,
+and anything at or below the checkpoint is skipped, so duplicated or reordered
+deliveries change nothing. A periodic poll of the store covers broker outages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from ..broker import Broker, Message, Subscription
+from ..errors import Rejected, SpecError
+from ..eventlog import EventLog, command_id_for, envelope_of
+from ..relay import decode_batch
+from ..spec import Aggregate, Envelope, Metadata
+from ..store.sql import SqlEventStore, StoredRow
+from ..topic import TopicDef
+from . import deadletter
+from .component import (
+    Component,
+    Delete,
+    EventMapper,
+    HandlerSpec,
+    ReadModel,
+    Send,
+    SideEffectHandler,
+    Upsert,
+    as_ops,
+    call,
+)
+from .table import ReadModelTable
+
+log = logging.getLogger("reventless.collect")
+
+Failed = list[tuple[Envelope[Any], str, int]]
+LogResolver = Callable[[type[Aggregate] | str], EventLog[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorOptions:
+    """``page_size``: events per catch-up transaction; ``poll_interval``: seconds between
+    store polls (the safety net when the broker is down)."""
+
+    page_size: int = 2000
+    poll_interval: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveReport:
+    """Outcome of a redrive: dead letters resolved and aggregates still parked."""
+
+    redriven: int
+    still_parked: int
+
+
+def _err(exc: BaseException) -> str:
+    if isinstance(exc, Rejected):
+        return f"Rejected {exc.code}: {exc.detail}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Collector:
+    """A running component: a named durable subscription with a checkpoint per topic."""
+
+    def __init__(
+        self,
+        component: Component,
+        *,
+        store: SqlEventStore,
+        broker: Broker,
+        topics: Mapping[str, TopicDef],
+        dispatch: Mapping[str, Mapping[str, HandlerSpec]],
+        options: CollectorOptions | None = None,
+    ) -> None:
+        self.component = component
+        self.name = component.name
+        self.store, self.db, self.broker = store, store.db, broker
+        self.topics = dict(topics)
+        self.dispatch = {t: dict(d) for t, d in dispatch.items()}
+        self.options = options or CollectorOptions()
+        self.checkpoints: dict[str, int] = {}
+        self.parked: set[tuple[str, str]] = set()
+        self.processed = 0
+        self._lock = asyncio.Lock()
+        self._running = asyncio.Event()
+        self._running.set()
+        self._sub: Subscription | None = None
+        self._poller: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load checkpoints, subscribe, catch up from the store, start polling."""
+        names = list(self.topics)
+        q = self.db.q
+
+        def load(conn: Connection) -> tuple[dict[str, int], set[tuple[str, str]]]:
+            sql = f"SELECT topic, {q('offset')} FROM rv_checkpoints WHERE component = {self.db.mark}"
+            got = {str(t): int(o) for t, o in conn.exec_driver_sql(sql, (self.name,)).all()}
+            return got, deadletter.parked_sync(self.db, conn, self.name)
+
+        got, self.parked = await self.db.read(load)
+        self.checkpoints = {n: got.get(n, 0) for n in names}
+        self._sub = await self.broker.subscribe(self.name, names, self._on_message)
+        async with self._lock:
+            for n in names:
+                await self._catch_up(n)
+        self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def stop(self) -> None:
+        """Stop delivery and polling (the checkpoint is already durable)."""
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+        if self._sub is not None:
+            await self._sub.close()
+        self._running.set()
+
+    def pause(self) -> None:
+        """Stop processing (deliveries wait: backpressure on the broker)."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        """Continue processing after ``pause``."""
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    async def lag(self) -> dict[str, int]:
+        """Per topic: head offset minus checkpoint."""
+        heads = await self.store.heads()
+        return {t: max(0, heads.get(t, 0) - cp) for t, cp in self.checkpoints.items()}
+
+    async def wait_caught_up(self, timeout: float = 30.0) -> None:
+        """Return once every topic's checkpoint has reached the head seen at call time."""
+        heads = await self.store.heads()
+        target = {t: heads.get(t, 0) for t in self.checkpoints}
+
+        async def wait() -> None:
+            while any(self.checkpoints[t] < h for t, h in target.items()):
+                await asyncio.sleep(0.005)
+
+        await asyncio.wait_for(wait(), timeout)
+
+    # -- delivery --------------------------------------------------------------------------
+
+    async def _on_message(self, msg: Message) -> None:
+        topic = self.topics.get(msg.topic)
+        if topic is None:
+            return
+        rows = topic.schema.from_arrow_rows(decode_batch(msg.data), with_meta=True)
+        if rows:
+            await self.deliver(msg.topic, rows)
+
+    async def deliver(self, topic: str, rows: list[StoredRow]) -> None:
+        """Process a batch of stored rows of ``topic`` (live delivery), filling gaps first."""
+        async with self._lock:
+            await self._running.wait()
+            if rows[0][0] > self.checkpoints[topic] + 1:
+                await self._catch_up(topic, upto=rows[0][0] - 1)
+            cp = self.checkpoints[topic]
+            fresh = [r for r in rows if r[0] > cp]
+            if fresh and fresh[0][0] == cp + 1:
+                await self._process_rows(topic, fresh)
+
+    async def _catch_up(self, topic: str, upto: int | None = None) -> None:
+        while True:
+            await self._running.wait()
+            cp = self.checkpoints[topic]
+            if upto is not None and cp >= upto:
+                return
+            rows = await self.store.read(topic, cp + 1, self.options.page_size, upto=upto)
+            if not rows:
+                return
+            await self._process_rows(topic, rows)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.poll_interval)
+            try:
+                heads = await self.store.heads()
+                behind = [t for t, cp in self.checkpoints.items() if heads.get(t, 0) > cp]
+                if behind and not self._lock.locked():
+                    async with self._lock:
+                        for t in behind:
+                            await self._catch_up(t)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("collector %s: catch-up poll failed", self.name)
+
+    async def _process_rows(self, topic: str, rows: list[StoredRow]) -> None:
+        handlers = self.dispatch.get(topic, {})
+        schema = self.topics[topic].schema
+        wildcard = "*" in handlers
+        envs = [
+            envelope_of(schema, topic, r) for r in rows if wildcard or r[5] in handlers
+        ]
+        await self.process(topic, envs, rows[-1][0])
+        self.checkpoints[topic] = rows[-1][0]
+        self.processed += len(rows)
+
+    def handler_for(self, ev: Envelope[Any]) -> HandlerSpec:
+        handlers = self.dispatch[ev.topic]
+        spec = handlers.get(ev.type) or handlers.get("*")
+        assert spec is not None
+        return spec
+
+    def is_parked(self, ev: Envelope[Any]) -> bool:
+        return ev.aggregate_id is not None and (ev.topic, ev.aggregate_id) in self.parked
+
+    def park(self, ev: Envelope[Any]) -> None:
+        if ev.aggregate_id is not None:
+            self.parked.add((ev.topic, ev.aggregate_id))
+
+    def checkpoint_sync(self, conn: Connection, topic: str, offset: int) -> None:
+        q = self.db.q
+        conn.exec_driver_sql(
+            f"INSERT INTO rv_checkpoints (component, topic, {q('offset')}) "
+            f"VALUES ({self.db.placeholders(3)}) ON CONFLICT (component, topic) "
+            f"DO UPDATE SET {q('offset')} = excluded.{q('offset')}",
+            (self.name, topic, offset),
+        )
+
+    async def _commit(self, topic: str, offset: int, failed: Failed) -> None:
+        def work(conn: Connection) -> None:
+            deadletter.record_sync(self.db, conn, self.name, failed)
+            self.checkpoint_sync(conn, topic, offset)
+
+        await self.db.write(work)
+
+    # -- kind-specific ---------------------------------------------------------------------
+
+    async def process(self, topic: str, envs: list[Envelope[Any]], checkpoint: int) -> None:
+        """Handle a batch and durably move the checkpoint to ``checkpoint``."""
+        raise NotImplementedError
+
+    async def redo(self, ev: Envelope[Any]) -> None:
+        """Handle one dead-lettered event again; raise if it still fails."""
+        raise NotImplementedError
+
+    # -- dead letters ----------------------------------------------------------------------
+
+    async def dead_letters(self) -> list[deadletter.DeadLetter]:
+        """This collector's open dead letters, per aggregate in offset order."""
+        return await self.db.read(lambda c: deadletter.list_sync(self.db, c, self.name))
+
+    async def redrive(self, aggregate_id: str | None = None) -> RedriveReport:
+        """Retry dead letters per aggregate in offset order, stopping an aggregate at its
+        first failure; an aggregate with none left is un-parked."""
+        async with self._lock:
+            letters = await self.dead_letters()
+            groups: dict[tuple[str, str | None], list[deadletter.DeadLetter]] = {}
+            for dl in letters:
+                if aggregate_id is None or dl.aggregate_id == aggregate_id:
+                    groups.setdefault((dl.topic, dl.aggregate_id), []).append(dl)
+            ok = 0
+            stuck = 0
+            for (topic, agg), items in groups.items():
+                schema = self.topics[topic].schema
+                for dl in items:
+                    rows = await self.store.read(topic, dl.offset, 1)
+                    ev = envelope_of(schema, topic, rows[0])
+                    try:
+                        await self.redo(ev)
+                    except Exception as exc:
+                        err = _err(exc)
+                        await self.db.write(lambda c, i=dl.id, e=err: deadletter.bump_sync(self.db, c, i, e))
+                        stuck += 1
+                        break
+                    await self.db.write(lambda c, i=dl.id: deadletter.resolve_sync(self.db, c, i))
+                    ok += 1
+                else:
+                    if agg is not None:
+                        self.parked.discard((topic, agg))
+            return RedriveReport(ok, stuck)
+
+
+class ReadModelCollector(Collector):
+    """Keeps a ReadModel's table: rows and checkpoint commit in one transaction."""
+
+    def __init__(self, model: ReadModel[Any], table: ReadModelTable[Any], **kw: Any) -> None:
+        super().__init__(model, **kw)
+        self.table = table
+        for spec in [*model.handlers.values(), *model.topic_handlers.values()]:
+            if spec.is_async:
+                raise SpecError(f"{model.name}: read-model handlers must be plain functions")
+
+    def apply_sync(
+        self, conn: Connection, envs: list[Envelope[Any]], *, redo: bool = False
+    ) -> Failed:
+        table = self.table
+        pairs = [(ev, self.handler_for(ev)) for ev in envs]
+        need = {spec.key(ev) for ev, spec in pairs if spec.wants_current}
+        state: dict[Any, Any] = table.fetch_sync(conn, list(need)) if need else {}
+        changed: dict[Any, Any] = {}
+        failed: Failed = []
+        for ev, spec in pairs:
+            if not redo and self.is_parked(ev):
+                failed.append((ev, "parked behind an earlier dead letter of this aggregate", 0))
+                continue
+            try:
+                out = spec.fn(ev, state.get(spec.key(ev))) if spec.wants_current else spec.fn(ev)
+                staged: list[tuple[Any, Any]] = []
+                for op in as_ops(out):
+                    if isinstance(op, Upsert):
+                        staged.append((table.key_of(op.row), op.row))
+                    elif isinstance(op, Delete):
+                        staged.append((op.key, None))
+                    else:
+                        raise SpecError(f"{self.name}: handlers return Upsert/Delete, got {op!r}")
+            except Exception as exc:
+                if redo:
+                    raise
+                failed.append((ev, _err(exc), 1))
+                self.park(ev)
+                continue
+            for k, row in staged:
+                state[k] = row
+                changed[k] = row
+        table.write_sync(conn, changed)
+        return failed
+
+    async def process(self, topic: str, envs: list[Envelope[Any]], checkpoint: int) -> None:
+        def work(conn: Connection) -> None:
+            failed = self.apply_sync(conn, envs) if envs else []
+            deadletter.record_sync(self.db, conn, self.name, failed)
+            self.checkpoint_sync(conn, topic, checkpoint)
+
+        await self.db.write(work)
+
+    async def redo(self, ev: Envelope[Any]) -> None:
+        await self.db.write(lambda conn: self.apply_sync(conn, [ev], redo=True))
+
+
+class _RetryingCollector(Collector):
+    max_attempts = 3
+    backoff = 0.05
+
+    async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
+        raise NotImplementedError
+
+    async def process(self, topic: str, envs: list[Envelope[Any]], checkpoint: int) -> None:
+        failed: Failed = []
+        for ev in envs:
+            if self.is_parked(ev):
+                failed.append((ev, "parked behind an earlier dead letter of this aggregate", 0))
+                continue
+            spec = self.handler_for(ev)
+            for attempt in range(1, self.max_attempts + 1):
+                try:
+                    await self.handle(ev, spec)
+                    break
+                except Rejected as exc:  # a business refusal will not change on retry
+                    failed.append((ev, _err(exc), attempt))
+                    self.park(ev)
+                    break
+                except Exception as exc:
+                    if attempt == self.max_attempts:
+                        log.warning("%s gave up on %s@%s: %s", self.name, ev.topic, ev.offset, exc)
+                        failed.append((ev, _err(exc), attempt))
+                        self.park(ev)
+                    else:
+                        delay = self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+                        await asyncio.sleep(delay)
+        await self._commit(topic, checkpoint, failed)
+
+    async def redo(self, ev: Envelope[Any]) -> None:
+        await self.handle(ev, self.handler_for(ev))
+
+
+class MapperCollector(_RetryingCollector):
+    """Turns events into commands; deterministic command ids make redelivery harmless."""
+
+    def __init__(self, mapper: EventMapper, resolve: LogResolver, **kw: Any) -> None:
+        super().__init__(mapper, **kw)
+        self.resolve = resolve
+
+    async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
+        out = await call(spec, ev)
+        for i, send in enumerate(as_ops(out)):
+            if not isinstance(send, Send):
+                raise SpecError(f"{self.name}: mappers return rv.Send(...), got {send!r}")
+            target = self.resolve(send.target)
+            meta = Metadata(
+                correlation_id=ev.meta.correlation_id or ev.msg_id,
+                causation_id=ev.msg_id,
+                user=ev.meta.user,
+                service=ev.meta.service,
+                ip=ev.meta.ip,
+                tenant=ev.meta.tenant,
+            )
+            await target.execute(
+                send.aggregate_id,
+                send.command,
+                meta=meta,
+                command_id=command_id_for(self.name, ev.msg_id, str(i)),
+            )
+
+
+class SideEffectCollector(_RetryingCollector):
+    """Runs side effects at least once; failures retry with backoff, then dead-letter."""
+
+    def __init__(self, handler: SideEffectHandler, **kw: Any) -> None:
+        super().__init__(handler, **kw)
+        self.max_attempts = handler.max_attempts
+        self.backoff = handler.backoff
+
+    async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
+        await call(spec, ev)
+
+

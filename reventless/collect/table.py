@@ -1,0 +1,166 @@
+"""SQL storage of read models: DDL, batched upserts/deletes and queries."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
+
+import sqlalchemy as sa
+from pydantic import BaseModel
+from sqlalchemy.engine import Connection
+
+from ..codec import TopicSchema
+from ..errors import SpecError
+from ..store import tables
+from ..store.database import Database, table_name
+from ..store.sql import _KIND_TYPES
+from .component import ReadModel
+
+R = TypeVar("R", bound=BaseModel)
+log = logging.getLogger("reventless.collect")
+_CHUNK = 500
+
+
+class ReadModelTable(Generic[R]):
+    """The SQL table of one read model (``rm_<name>``) and its queries.
+
+    Example::
+
+        view = app.collect(directory)
+        ada = await view.get("c-1")
+        movers = await view.find(address="1 Main St")
+    """
+
+    def __init__(self, model: ReadModel[R], db: Database) -> None:
+        self.model = model
+        self.db = db
+        self.schema = TopicSchema.from_model(model.name, model.row)
+        self.table = table_name("rm_", model.name)
+        self.columns = [c.name for c in self.schema.columns]
+        self.key_index = self.columns.index(model.key)
+        self._encode = self.schema.encoder(model.row.__name__)
+        q = db.q
+        cols = ", ".join(q(c) for c in self.columns)
+        updates = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in self.columns if c != model.key)
+        conflict = "DO NOTHING" if not updates else f"DO UPDATE SET {updates}"
+        self.upsert_sql = (
+            f"INSERT INTO {q(self.table)} ({cols}) VALUES ({db.placeholders(len(self.columns))}) "
+            f"ON CONFLICT ({q(model.key)}) {conflict}"
+        )
+        self.delete_sql = f"DELETE FROM {q(self.table)} WHERE {q(model.key)} = {db.mark}"
+        self.select_sql = f"SELECT {cols} FROM {q(self.table)}"
+
+    def _sa_table(self) -> sa.Table:
+        md = sa.MetaData()
+        return sa.Table(
+            self.table,
+            md,
+            *(
+                sa.Column(
+                    c.name,
+                    _KIND_TYPES[c.sql_kind](),
+                    primary_key=c.name == self.model.key,
+                    nullable=c.nullable or c.name == self.model.key,
+                    autoincrement=False,
+                )
+                for c in self.schema.columns
+            ),
+        )
+
+    def create_sync(self, conn: Connection) -> bool:
+        """Create the table; if the row schema changed, drop it and reset the checkpoints.
+
+        Returns True when the model starts empty (new or reset).
+        """
+        fp = self.schema.fingerprint
+        row = conn.execute(
+            sa.select(tables.read_models).where(tables.read_models.c.name == self.model.name)
+        ).first()
+        if row is not None and row.fingerprint == fp:
+            return False
+        if row is not None:
+            log.warning("read model %s changed shape: rebuilding from the log", self.model.name)
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {self.db.q(row.table_name)}")
+            conn.execute(tables.read_models.delete().where(tables.read_models.c.name == row.name))
+            conn.execute(
+                tables.checkpoints.delete().where(
+                    tables.checkpoints.c.component == self.model.name
+                )
+            )
+        self._sa_table().create(conn, checkfirst=True)
+        conn.execute(
+            tables.read_models.insert().values(
+                name=self.model.name, table_name=self.table, fingerprint=fp
+            )
+        )
+        return True
+
+    # -- batch writing (inside the collector's transaction) --------------------------------
+
+    def fetch_sync(self, conn: Connection, keys: Sequence[Any]) -> dict[Any, R]:
+        """Current rows for ``keys``."""
+        found: dict[Any, R] = {}
+        keys = list(keys)
+        for i in range(0, len(keys), _CHUNK):
+            chunk = keys[i : i + _CHUNK]
+            sql = (
+                f"{self.select_sql} WHERE {self.db.q(self.model.key)} IN "
+                f"({self.db.placeholders(len(chunk))})"
+            )
+            for values in conn.exec_driver_sql(sql, tuple(chunk)).all():
+                row = self._decode(values)
+                found[getattr(row, self.model.key)] = row
+        return found
+
+    def _decode(self, values: Sequence[Any]) -> R:
+        decoded: R = self.schema.decode(self.model.row.__name__, values)
+        return decoded
+
+    def write_sync(self, conn: Connection, changed: dict[Any, R | None]) -> None:
+        """Apply the final state of each changed key: upsert rows, delete ``None``s."""
+        ups = [self._encode(r) for r in changed.values() if r is not None]
+        dels = [(k,) for k, r in changed.items() if r is None]
+        if ups:
+            conn.exec_driver_sql(self.upsert_sql, ups)  # type: ignore[arg-type]
+        if dels:
+            conn.exec_driver_sql(self.delete_sql, dels)  # type: ignore[arg-type]
+
+    def key_of(self, row: BaseModel) -> Any:
+        """The key of a row, checking it is this model's row type."""
+        if not isinstance(row, self.model.row):
+            raise SpecError(
+                f"{self.model.name}: Upsert of {type(row).__name__}, "
+                f"expected {self.model.row.__name__}"
+            )
+        return getattr(row, self.model.key)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    async def get(self, key: Any) -> R | None:
+        """The row with ``key``, or None."""
+        rows = await self.db.read(lambda conn: self.fetch_sync(conn, [key]))
+        return rows.get(key)
+
+    async def find(self, *, limit: int | None = None, **equals: Any) -> list[R]:
+        """Rows whose columns equal the given values (bound parameters), ordered by key."""
+        for name in equals:
+            if name not in self.columns:
+                raise SpecError(f"{self.model.name}: no column {name!r}")
+        where = " AND ".join(f"{self.db.q(n)} = {self.db.mark}" for n in equals)
+        sql = self.select_sql + (f" WHERE {where}" if where else "")
+        sql += f" ORDER BY {self.db.q(self.model.key)}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        params = tuple(equals.values())
+        rows = await self.db.read(lambda conn: conn.exec_driver_sql(sql, params).all())
+        return [self._decode(r) for r in rows]
+
+    async def all(self, *, limit: int | None = None) -> list[R]:
+        """Every row, ordered by key."""
+        return await self.find(limit=limit)
+
+    async def count(self) -> int:
+        """Number of rows."""
+        sql = f"SELECT COUNT(*) FROM {self.db.q(self.table)}"
+        return int(await self.db.read(lambda conn: conn.exec_driver_sql(sql).scalar_one()))

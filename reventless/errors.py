@@ -1,0 +1,97 @@
+"""One error tree: every failure reventless raises on purpose is a ``ReventlessError``.
+
+Example::
+
+    try:
+        await customers.execute("c-1", Register(name="Ada", address="1 Main St"))
+    except rv.Rejected as r:
+        print(r.code, r.detail)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ReventlessError(Exception):
+    """Base class of every error raised by reventless."""
+
+
+class SpecError(ReventlessError):
+    """A declaration is invalid (found when the class is defined or the log is built)."""
+
+
+class ReservedNameError(SpecError):
+    """A user field uses a reserved column name (any name starting with ``_``)."""
+
+
+class SchemaMismatchError(ReventlessError):
+    """Data (an Arrow batch, a stored schema) does not match the topic's schema."""
+
+
+class UnknownEventTypeError(ReventlessError):
+    """The log holds an event type that the spec does not declare."""
+
+
+class TenantError(ReventlessError):
+    """A publish or command targets a topic pinned to another tenant."""
+
+
+class MetadataError(ReventlessError):
+    """Caller-supplied event metadata is malformed."""
+
+
+class StoreError(ReventlessError):
+    """The event store cannot be opened or used."""
+
+
+class BrokerError(ReventlessError):
+    """The broker cannot be reached or refused a publish."""
+
+
+class ConcurrencyError(ReventlessError):
+    """Another writer appended to the same aggregate first; nothing from this append landed."""
+
+    def __init__(self, topic: str, aggregate_id: str | None, expected_version: int | None) -> None:
+        self.topic = topic
+        self.aggregate_id = aggregate_id
+        self.expected_version = expected_version
+        super().__init__(
+            f"concurrent append to {topic}/{aggregate_id}: "
+            f"expected version {expected_version} is stale"
+        )
+
+
+class AggregateNotFoundError(ReventlessError):
+    """No event exists for the requested aggregate."""
+
+    def __init__(self, topic: str, aggregate_id: str) -> None:
+        self.topic = topic
+        self.aggregate_id = aggregate_id
+        super().__init__(f"aggregate {topic}/{aggregate_id} has no events")
+
+
+class UnhandledCommandError(SpecError):
+    """The aggregate has no handler for the command type."""
+
+
+class Rejected(ReventlessError):
+    """A command handler's typed refusal: a machine-readable ``code`` and a human ``detail``.
+
+    Example::
+
+        raise rv.Rejected("already_registered", f"customer {self.id} exists")
+    """
+
+    def __init__(self, code: str, detail: str = "", **data: Any) -> None:
+        self.code = code
+        self.detail = detail
+        self.data = data
+        super().__init__(f"{code}: {detail}" if detail else code)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_rejected, (self.code, self.detail, self.data))
+
+
+def _rebuild_rejected(code: str, detail: str, data: dict[str, Any]) -> Rejected:
+    return Rejected(code, detail, **data)

@@ -1,0 +1,409 @@
+"""Topics and the EventLog builder: execute commands, append, load, read and export.
+
+Example::
+
+    app = rv.App(store="sqlite:///shop.db")
+    customers = app.event_log(Customer)
+    async with app:
+        result = await customers.execute("c-1", Register(name="Ada", address="1 Main St"))
+        ada = await customers.load("c-1")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel
+
+from .codec import TopicSchema
+from .errors import (
+    AggregateNotFoundError,
+    ConcurrencyError,
+    StoreError,
+    TenantError,
+)
+from .ids import uuid7_str
+from .spec import Aggregate, Command, Envelope, Event, Metadata
+from .store.sql import AppendRequest, AppendResult, SqlEventStore, StoredRow
+from .topic import TopicDef
+
+if TYPE_CHECKING:
+    pass
+
+A = TypeVar("A", bound=Aggregate)
+_EMPTY_META = Metadata()
+
+
+@dataclass(frozen=True, slots=True)
+class LogOptions:
+    """Tuning of an EventLog.
+
+    ``snapshot_every``: store a snapshot each N events of an aggregate (0: never).
+    ``max_attempts``/``backoff_*``: retries of ``execute`` on a concurrency clash
+    (exponential backoff with jitter). ``cache_size``: aggregates kept in memory.
+    """
+
+    snapshot_every: int = 100
+    max_attempts: int = 10
+    backoff_base: float = 0.002
+    backoff_max: float = 0.2
+    cache_size: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteResult:
+    """What a command did: the aggregate's new version and the offsets it wrote.
+
+    ``duplicate`` is True when the command id had been executed before (nothing new).
+    """
+
+    aggregate_id: str
+    version: int
+    events: tuple[Event, ...]
+    first_offset: int
+    last_offset: int
+    duplicate: bool = False
+
+
+def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any]:
+    """Decode one stored row into an ``Envelope`` (raises ``UnknownEventTypeError``)."""
+    return Envelope(
+        event=schema.decode(row[5], row[14:]),
+        topic=topic,
+        offset=row[0],
+        type=row[5],
+        aggregate_id=row[3],
+        version=row[4],
+        msg_id=row[7],
+        produced_at_us=row[2],
+        meta=Metadata.trusted(row[8], row[9], row[10], row[11], row[12], row[13]),
+        schema_version=row[6],
+        row_idx=row[1],
+    )
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Topic:
+    """A typed, append-only stream: read it as envelopes or Arrow batches, export to Parquet.
+
+    Schema topics (declared from an Arrow schema or a pydantic model) are published
+    to with ``publish``; aggregate topics are written by their ``EventLog``.
+    """
+
+    def __init__(self, definition: TopicDef, *, service: str | None = None) -> None:
+        self.definition = definition
+        self.name = definition.name
+        self.schema = definition.schema
+        self.service = service
+        self._store: SqlEventStore | None = None
+
+    def _attach(self, store: SqlEventStore) -> None:
+        self._store = store
+
+    @property
+    def store(self) -> SqlEventStore:
+        if self._store is None:
+            raise StoreError(f"topic {self.name!r} is not built: start the App first")
+        return self._store
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The topic's Arrow schema (metadata columns first)."""
+        return self.schema.arrow_schema
+
+    def _check_tenant(self, tenant: str | None) -> str | None:
+        pinned = self.definition.tenant
+        if pinned is None:
+            return tenant
+        if tenant is not None and tenant != pinned:
+            raise TenantError(f"topic {self.name!r} belongs to tenant {pinned!r}, not {tenant!r}")
+        return pinned
+
+    async def head(self) -> int:
+        """The last committed offset (0 when empty)."""
+        return await self.store.head(self.name)
+
+    async def read(self, from_offset: int = 1, limit: int = 1000) -> list[Envelope[Any]]:
+        """Up to ``limit`` envelopes from ``from_offset`` on, in offset order."""
+        rows = await self.store.read(self.name, from_offset, limit)
+        return [envelope_of(self.schema, self.name, r) for r in rows]
+
+    async def iter(
+        self, from_offset: int = 1, *, page_size: int = 2000
+    ) -> AsyncIterator[Envelope[Any]]:
+        """Every envelope from ``from_offset`` to the current head, read in pages."""
+        async for rows in self._pages(from_offset, page_size):
+            for r in rows:
+                yield envelope_of(self.schema, self.name, r)
+
+    async def _pages(
+        self, from_offset: int, page_size: int, upto: int | None = None
+    ) -> AsyncIterator[list[StoredRow]]:
+        next_offset = from_offset
+        while True:
+            rows = await self.store.read(self.name, next_offset, page_size, upto=upto)
+            if not rows:
+                return
+            yield rows
+            next_offset = rows[-1][0] + 1
+            if len(rows) < page_size:
+                return
+
+    async def read_batches(
+        self, from_offset: int = 1, *, batch_size: int = 10_000, upto: int | None = None
+    ) -> AsyncIterator[pa.RecordBatch]:
+        """The log as typed Arrow record batches (the topic's ``arrow_schema``)."""
+        async for rows in self._pages(from_offset, batch_size, upto):
+            yield self.schema.to_arrow(rows)
+
+    async def export_parquet(
+        self, path: str | Path, *, from_offset: int = 1, batch_size: int = 50_000
+    ) -> int:
+        """Write the log from ``from_offset`` to one Parquet file; returns the row count."""
+        count = 0
+        with pq.ParquetWriter(str(path), self.arrow_schema) as writer:
+            async for batch in self.read_batches(from_offset, batch_size=batch_size):
+                writer.write_batch(batch)
+                count += batch.num_rows
+        return count
+
+    async def publish(
+        self,
+        data: pa.Table | pa.RecordBatch | Sequence[BaseModel],
+        *,
+        meta: Metadata | None = None,
+    ) -> AppendResult:
+        """Append rows to a schema topic in one transaction (all or nothing).
+
+        ``data`` is an Arrow table/batch with the topic's field columns, or a list of
+        the topic's pydantic model. A mismatch raises ``SchemaMismatchError`` and a
+        wrong tenant ``TenantError``; nothing lands in either case.
+        """
+        if self.definition.kind == "aggregate":
+            raise StoreError(f"{self.name!r} is an aggregate topic: use EventLog.execute/append")
+        meta = meta or _EMPTY_META
+        tenant = self._check_tenant(meta.tenant)
+        if isinstance(data, pa.Table | pa.RecordBatch):
+            fields = self.schema.from_arrow_rows(data, with_meta=False)
+        else:
+            encode = self.schema.encoder(next(iter(self.schema.event_types), ""))
+            fields = [encode(m) for m in data]
+        type_name = next(iter(self.schema.event_types), self.name)
+        key = self.definition.key
+        key_idx = [c.name for c in self.schema.columns].index(key) if key else None
+        produced = _now_us()
+        rows = [
+            (
+                i, produced, None if key_idx is None else str(f[key_idx]), None, type_name, 1,
+                uuid7_str(), meta.correlation_id, meta.causation_id, meta.user,
+                meta.service or self.service, meta.ip, tenant, *f,
+            )
+            for i, f in enumerate(fields)
+        ]
+        if not rows:
+            return AppendResult(self.name, 0, -1)
+        return await self.store.append(AppendRequest(self.name, rows))
+
+
+class EventLog(Topic, Generic[A]):
+    """An aggregate's log: ``execute`` commands, ``load`` state, read the events.
+
+    Built by ``App.event_log(Spec)``; usable once the App has started.
+    """
+
+    def __init__(
+        self,
+        spec: type[A],
+        definition: TopicDef,
+        *,
+        options: LogOptions | None = None,
+        service: str | None = None,
+    ) -> None:
+        super().__init__(definition, service=service)
+        self.spec = spec
+        self.options = options or LogOptions()
+        self._encoders = {e.event_type: self.schema.encoder(e.event_type) for e in spec.event_classes}
+        self._cache: OrderedDict[str, A] = OrderedDict()
+        digest = hashlib.sha256(
+            f"{spec.__module__}.{spec.__qualname__}:{spec.model_json_schema()}".encode()
+        )
+        self._state_fingerprint = digest.hexdigest()
+
+    # -- loading ---------------------------------------------------------------------------
+
+    async def _load_cached(self, aggregate_id: str) -> A:
+        agg = self._cache.get(aggregate_id)
+        if agg is not None:
+            self._cache.move_to_end(aggregate_id)
+            return agg
+        agg = await self._load_fresh(aggregate_id)
+        self._remember(agg)
+        return agg
+
+    def _remember(self, agg: A) -> None:
+        if self.options.cache_size <= 0:
+            return
+        self._cache[agg.id] = agg
+        self._cache.move_to_end(agg.id)
+        while len(self._cache) > self.options.cache_size:
+            self._cache.popitem(last=False)
+
+    async def _load_fresh(self, aggregate_id: str) -> A:
+        snap, rows = await self.store.load(self.name, aggregate_id)
+        if snap is not None and snap[1] == self._state_fingerprint:
+            agg = self.spec.model_validate_json(snap[2])
+        else:
+            if snap is not None:  # stale snapshot of an older state shape: fold from the start
+                rows = await self.store.read_stream(self.name, aggregate_id, 0)
+            agg = self.spec(id=aggregate_id)
+        decode = self.schema.decode
+        for r in rows:
+            agg.apply(decode(r[5], r[14:]))
+        return agg
+
+    async def load(self, aggregate_id: str) -> A:
+        """The aggregate's current state (version 0 if it has no events)."""
+        agg = await self._load_fresh(aggregate_id)
+        return agg
+
+    async def get(self, aggregate_id: str) -> A:
+        """Like ``load`` but raises ``AggregateNotFoundError`` when there are no events."""
+        agg = await self.load(aggregate_id)
+        if agg.version == 0:
+            raise AggregateNotFoundError(self.name, aggregate_id)
+        return agg
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _rows(
+        self, aggregate_id: str, version: int, events: Sequence[Event], meta: Metadata,
+        tenant: str | None, command_id: str | None,
+    ) -> list[tuple[Any, ...]]:
+        produced = _now_us()
+        service = meta.service or self.service
+        correlation = meta.correlation_id or command_id
+        causation = meta.causation_id or command_id
+        rows = []
+        for i, e in enumerate(events):
+            msg_id = uuid7_str()
+            if correlation is None:
+                correlation = msg_id
+            rows.append(
+                (
+                    i, produced, aggregate_id, version + i + 1, e.event_type, e.schema_version,
+                    msg_id, correlation, causation, meta.user, service, meta.ip, tenant,
+                    *self._encoders[e.event_type](e),
+                )
+            )
+        return rows
+
+    async def append(
+        self,
+        aggregate_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int,
+        meta: Metadata | None = None,
+        command_id: str | None = None,
+    ) -> AppendResult:
+        """Append ``events`` after ``expected_version`` in one transaction.
+
+        Raises ``ConcurrencyError`` (nothing lands) if another writer got there first.
+        """
+        meta = meta or _EMPTY_META
+        tenant = self._check_tenant(meta.tenant)
+        for e in events:
+            if type(e) not in self.spec.event_classes:
+                raise StoreError(f"{type(e).__name__} is not an event of {self.spec.__name__}")
+        rows = self._rows(aggregate_id, expected_version, events, meta, tenant, command_id)
+        try:
+            return await self.store.append(
+                AppendRequest(self.name, rows, aggregate_id, expected_version, command_id)
+            )
+        except ConcurrencyError:
+            self._cache.pop(aggregate_id, None)
+            raise
+
+    async def execute(
+        self,
+        aggregate_id: str,
+        command: Command,
+        *,
+        meta: Metadata | None = None,
+        command_id: str | None = None,
+    ) -> ExecuteResult:
+        """Load, decide, append; on a concurrency clash reload and retry (backoff + jitter).
+
+        A handler's ``Rejected`` reaches the caller unchanged and nothing lands.
+        ``command_id`` makes the command idempotent: a second execution is a no-op.
+        """
+        meta = meta or _EMPTY_META
+        tenant = self._check_tenant(meta.tenant)
+        opts = self.options
+        for attempt in range(opts.max_attempts):
+            agg = await self._load_cached(aggregate_id)
+            events = agg.decide(command)
+            if not events:
+                return ExecuteResult(aggregate_id, agg.version, (), 0, -1)
+            base = agg.version
+            rows = self._rows(aggregate_id, base, events, meta, tenant, command_id)
+            try:
+                res = await self.store.append(
+                    AppendRequest(self.name, rows, aggregate_id, base, command_id)
+                )
+            except ConcurrencyError:
+                self._cache.pop(aggregate_id, None)
+                if attempt + 1 == opts.max_attempts:
+                    raise
+                delay = min(opts.backoff_max, opts.backoff_base * 2**attempt)
+                await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+                continue
+            if res.duplicate:
+                self._cache.pop(aggregate_id, None)
+                return ExecuteResult(aggregate_id, base, (), 0, -1, duplicate=True)
+            current = self._cache.get(aggregate_id)
+            if current is agg and agg.version == base:
+                for e in events:
+                    agg.apply(e)
+            else:
+                self._cache.pop(aggregate_id, None)
+                agg = agg.model_copy(deep=True)
+                for e in events:
+                    agg.apply(e)
+            every = opts.snapshot_every
+            if every and agg.version // every > base // every:
+                await self.store.save_snapshot(
+                    self.name, aggregate_id, agg.version, self._state_fingerprint,
+                    agg.model_dump_json(),
+                )
+            return ExecuteResult(
+                aggregate_id, agg.version, tuple(events), res.first_offset, res.last_offset
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def forget(self, aggregate_ids: Iterable[str] | None = None) -> None:
+        """Drop cached aggregate states (all of them by default)."""
+        if aggregate_ids is None:
+            self._cache.clear()
+        else:
+            for a in aggregate_ids:
+                self._cache.pop(a, None)
+
+
+def command_id_for(*parts: str) -> str:
+    """A deterministic command id (UUIDv5) from parts, e.g. mapper name + event id."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "reventless:" + ":".join(parts)))

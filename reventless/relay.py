@@ -1,0 +1,186 @@
+"""The outbox relay: publishes committed events to the broker, after the commit.
+
+The store is the outbox. The relay remembers, per topic, the last offset it
+published (persisted lazily in ``rv_relay``: after a crash it re-publishes a
+little, which is harmless because message ids are stable and collectors are
+idempotent). A broker failure is logged and retried; commands never see it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+
+import pyarrow as pa
+from sqlalchemy.engine import Connection
+
+from .broker import Broker, Message
+from .errors import ReventlessError
+from .store.sql import AppendResult, SqlEventStore, StoredRow
+from .topic import TopicDef
+
+log = logging.getLogger("reventless.relay")
+
+_PAGE = 1000
+
+
+def encode_batch(batch: pa.RecordBatch) -> bytes:
+    """Arrow IPC stream bytes of one record batch (the broker payload)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def decode_batch(data: bytes) -> pa.Table:
+    """Inverse of ``encode_batch``."""
+    return pa.ipc.open_stream(data).read_all()
+
+
+def message_for(topic: TopicDef, rows: list[StoredRow]) -> Message:
+    """One broker message carrying a contiguous offset range of ``topic``."""
+    first, last = rows[0][0], rows[-1][0]
+    return Message(
+        topic=topic.name,
+        data=encode_batch(topic.schema.to_arrow(rows)),
+        msg_id=f"{topic.name}:{first}-{last}",
+        headers={"rv-first": str(first), "rv-last": str(last), "rv-count": str(len(rows))},
+        key=topic.name,
+    )
+
+
+class Relay:
+    """Publishes each topic's committed rows in offset order, from memory or the store."""
+
+    def __init__(
+        self,
+        store: SqlEventStore,
+        broker: Broker,
+        topics: Mapping[str, TopicDef],
+        *,
+        retry_interval: float = 0.5,
+        persist_interval: float = 1.0,
+    ) -> None:
+        self.store, self.broker, self.topics = store, broker, dict(topics)
+        self.retry_interval = retry_interval
+        self.persist_interval = persist_interval
+        self.published: dict[str, int] = {}
+        self._persisted: dict[str, int] = {}
+        self._buffer: dict[str, list[StoredRow]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.failures = 0
+
+    async def start(self) -> None:
+        """Load positions (a new topic starts at its head) and start publishing."""
+        names = list(self.topics)
+
+        def work(conn: Connection) -> dict[str, int]:
+            got = {
+                str(t): int(o)
+                for t, o in conn.exec_driver_sql("SELECT topic, \"offset\" FROM rv_relay").all()
+            }
+            mark = self.store.db.mark
+            for n in names:
+                if n not in got:
+                    head = conn.exec_driver_sql(
+                        f"SELECT head FROM rv_topics WHERE name = {mark}", (n,)
+                    ).scalar_one()
+                    got[n] = int(head)
+                    conn.exec_driver_sql(
+                        f"INSERT INTO rv_relay (topic, \"offset\") VALUES ({mark}, {mark})",
+                        (n, got[n]),
+                    )
+            return got
+
+        positions = await self.store.db.write(work)
+        self.published = {n: positions[n] for n in names}
+        self._persisted = dict(self.published)
+        self.store.commit_listeners.append(self.on_commit)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._wake.set()
+
+    def on_commit(self, results: list[AppendResult]) -> None:
+        """Called by the store after each group commit with what landed."""
+        for res in results:
+            if res.topic in self.topics and res.rows:
+                self._buffer.setdefault(res.topic, []).extend(res.rows)
+        self._wake.set()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_persist = loop.time()
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.persist_interval)
+            self._wake.clear()
+            ok = await self.publish_pending()
+            if loop.time() - last_persist >= self.persist_interval:
+                await self._persist()
+                last_persist = loop.time()
+            if not ok:
+                await asyncio.sleep(self.retry_interval)
+                self._wake.set()
+
+    async def publish_pending(self) -> bool:
+        """Publish everything committed and not yet published; False if the broker failed."""
+        for name, topic in self.topics.items():
+            try:
+                await self._publish_topic(name, topic)
+            except (ReventlessError, OSError) as exc:
+                self.failures += 1
+                log.warning("publishing %s failed (will retry from the store): %s", name, exc)
+                return False
+        return True
+
+    async def _publish_topic(self, name: str, topic: TopicDef) -> None:
+        while True:
+            done = self.published[name]
+            buf = self._buffer.get(name)
+            if buf:
+                # Keep only what is still unpublished; use it if it starts right after `done`.
+                buf = [r for r in buf if r[0] > done]
+                buf.sort(key=lambda r: r[0])
+                self._buffer[name] = buf
+            if buf and buf[0][0] == done + 1:
+                rows = []
+                for r in buf:
+                    if r[0] != done + 1 + len(rows) or len(rows) >= _PAGE:
+                        break
+                    rows.append(r)
+            else:
+                rows = await self.store.read(name, done + 1, _PAGE)
+            if not rows:
+                return
+            await self.broker.publish([message_for(topic, rows)])
+            self.published[name] = rows[-1][0]
+
+    async def _persist(self) -> None:
+        changed = {t: o for t, o in self.published.items() if self._persisted.get(t) != o}
+        if not changed:
+            return
+        mark = self.store.db.mark
+
+        def work(conn: Connection) -> None:
+            conn.exec_driver_sql(
+                f"UPDATE rv_relay SET \"offset\" = {mark} WHERE topic = {mark}",
+                [(o, t) for t, o in changed.items()],
+            )
+
+        await self.store.db.write(work)
+        self._persisted.update(changed)
+
+    async def stop(self) -> None:
+        """Publish what is pending (best effort), persist positions, stop."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.publish_pending()
+        with contextlib.suppress(ReventlessError):
+            await self._persist()
+        if self.on_commit in self.store.commit_listeners:
+            self.store.commit_listeners.remove(self.on_commit)

@@ -1,0 +1,329 @@
+"""The modelling surface: events, commands, aggregate specs and their decorators.
+
+Declaring is pure: decorators only record metadata on functions, and the checks
+run when the class is created.
+
+Example::
+
+    class Created(rv.Event):
+        name: str
+
+    class Register(rv.Command):
+        name: str
+
+    class Customer(rv.Aggregate):
+        events = Created
+        name: str = ""
+
+        @rv.handles(Register)
+        def register(self, cmd: Register) -> Created:
+            if self.version:
+                raise rv.Rejected("already_registered", self.id)
+            return Created(name=cmd.name)
+
+        @rv.applies(Created)
+        def _created(self, e: Created) -> None:
+            self.name = e.name
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import types
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from .errors import MetadataError, ReservedNameError, SpecError, UnhandledCommandError
+
+__all__ = [
+    "Aggregate",
+    "Command",
+    "Envelope",
+    "Event",
+    "Metadata",
+    "applies",
+    "check_field_names",
+    "handles",
+    "union_members",
+]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+E = TypeVar("E")
+
+
+def check_field_names(owner: str, names: Iterable[str]) -> None:
+    """Raise ``ReservedNameError`` if a user field name starts with ``_`` (reserved columns)."""
+    for name in names:
+        if name.startswith("_"):
+            raise ReservedNameError(
+                f"{owner}: field {name!r} starts with '_': names with a leading underscore "
+                "are reserved for log columns (_offset, _row_idx, _produced_at, ...)"
+            )
+
+
+def _check_model_names(cls: type[BaseModel]) -> None:
+    private = getattr(cls, "__private_attributes__", {})
+    check_field_names(cls.__name__, private)
+    check_field_names(cls.__name__, cls.model_fields)
+    for name, info in cls.model_fields.items():
+        for alias in (info.alias, info.validation_alias, info.serialization_alias):
+            if isinstance(alias, str) and alias.startswith("_"):
+                check_field_names(f"{cls.__name__}.{name} (alias)", [alias])
+
+
+class Event(BaseModel):
+    """Base class of domain events: an immutable pydantic model.
+
+    ``event_type`` (default: the class name) discriminates the topic's union;
+    ``schema_version`` (default 1) is stored with every event.
+
+    Example::
+
+        class AddressChanged(rv.Event):
+            address: str
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_type: ClassVar[str] = "Event"
+    schema_version: ClassVar[int] = 1
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if "event_type" not in cls.__dict__:
+            cls.event_type = cls.__name__
+        if not isinstance(cls.schema_version, int) or cls.schema_version < 1:
+            raise SpecError(f"{cls.__name__}.schema_version must be an int >= 1")
+        _check_model_names(cls)
+
+
+class Command(BaseModel):
+    """Base class of commands: an immutable pydantic model, named in the imperative.
+
+    Example::
+
+        class Register(rv.Command):
+            name: str
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def handles(command: type[Command]) -> Callable[[_F], _F]:
+    """Mark an aggregate method as the handler (decide step) of ``command``.
+
+    The method receives the command and returns ``None``, one event, or a list of
+    events; it rejects by raising ``rv.Rejected(code, detail)``.
+    """
+    if not (isinstance(command, type) and issubclass(command, Command)):
+        raise SpecError(f"@handles expects a Command subclass, got {command!r}")
+
+    def mark(fn: _F) -> _F:
+        fn.__rv_handles__ = command  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def applies(event: type[Event]) -> Callable[[_F], _F]:
+    """Mark an aggregate method as the applier (evolve step) of ``event``."""
+    if not (isinstance(event, type) and issubclass(event, Event)):
+        raise SpecError(f"@applies expects an Event subclass, got {event!r}")
+
+    def mark(fn: _F) -> _F:
+        fn.__rv_applies__ = event  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def union_members(declared: Any, owner: str = "events") -> tuple[type[Event], ...]:
+    """Flatten ``A | B | C`` (or one class, or a tuple) into event classes, checking names."""
+    if isinstance(declared, tuple):
+        members: tuple[Any, ...] = tuple(m for d in declared for m in union_members(d, owner))
+    elif isinstance(declared, types.UnionType) or typing.get_origin(declared) is typing.Union:
+        members = typing.get_args(declared)
+    else:
+        members = (declared,)
+    seen: dict[str, type[Event]] = {}
+    for m in members:
+        if not (isinstance(m, type) and issubclass(m, Event)) or m is Event:
+            raise SpecError(f"{owner}: {m!r} is not an Event subclass")
+        other = seen.get(m.event_type)
+        if other is not None and other is not m:
+            raise SpecError(
+                f"{owner}: event types {other.__qualname__} and {m.__qualname__} "
+                f"share the name {m.event_type!r}"
+            )
+        seen[m.event_type] = m
+    return tuple(seen.values())
+
+
+class Aggregate(BaseModel):
+    """Base class of aggregate specs: the state is a pydantic model, behaviour is decorated.
+
+    Subclasses set ``events`` to the union of their event classes, declare state
+    fields with defaults, and decorate command handlers (``@handles``) and event
+    appliers (``@applies``). ``id`` and ``version`` are maintained by the log.
+    """
+
+    model_config = ConfigDict(ignored_types=(types.UnionType,), validate_assignment=False)
+
+    events: ClassVar[Any] = None
+    topic_name: ClassVar[str] = ""
+    event_classes: ClassVar[tuple[type[Event], ...]] = ()
+    command_handlers: ClassVar[dict[type[Command], Callable[..., Any]]] = {}
+    appliers: ClassVar[dict[type[Event], Callable[..., Any]]] = {}
+
+    id: str = ""
+    version: int = 0
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        name = cls.__name__
+        if cls.events is None:
+            raise SpecError(f"{name}: set `events = EventA | EventB` to the aggregate's event union")
+        if "topic_name" not in cls.__dict__:
+            cls.topic_name = name
+        cls.event_classes = union_members(cls.events, f"{name}.events")
+        handlers: dict[type[Command], Callable[..., Any]] = {}
+        appliers: dict[type[Event], Callable[..., Any]] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, fn in vars(klass).items():
+                cmd = getattr(fn, "__rv_handles__", None)
+                if cmd is not None:
+                    prev = handlers.get(cmd)
+                    if prev is not None and prev.__name__ != attr and klass is cls:
+                        raise SpecError(f"{name}: two handlers for command {cmd.__name__}")
+                    handlers[cmd] = fn
+                ev = getattr(fn, "__rv_applies__", None)
+                if ev is not None:
+                    prev = appliers.get(ev)
+                    if prev is not None and prev.__name__ != attr and klass is cls:
+                        raise SpecError(f"{name}: two appliers for event {ev.__name__}")
+                    appliers[ev] = fn
+        for ev in cls.event_classes:
+            if ev not in appliers:
+                raise SpecError(
+                    f"{name}: event {ev.__name__} is in the union but has no @applies method"
+                )
+        for ev in appliers:
+            if ev not in cls.event_classes:
+                raise SpecError(f"{name}: @applies({ev.__name__}) but it is not in `events`")
+        cls.command_handlers = handlers
+        cls.appliers = appliers
+
+    def decide(self, command: Command) -> list[Event]:
+        """Run the command handler and return the events it decided (no state change)."""
+        handler = type(self).command_handlers.get(type(command))
+        if handler is None:
+            raise UnhandledCommandError(
+                f"{type(self).__name__} has no @handles for {type(command).__name__}"
+            )
+        out = handler(self, command)
+        if out is None:
+            return []
+        events = [out] if isinstance(out, Event) else list(out)
+        allowed = type(self).event_classes
+        for e in events:
+            if type(e) not in allowed:
+                raise SpecError(
+                    f"{type(self).__name__}.{handler.__name__} returned {type(e).__name__}, "
+                    "which is not in the aggregate's `events` union"
+                )
+        return events
+
+    def apply(self, event: Event) -> None:
+        """Evolve the state by one event and bump ``version``."""
+        type(self).appliers[type(event)](self, event)
+        self.version += 1
+
+
+_MAX_META = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    """Caller-supplied event metadata; what is left out is filled in by the log.
+
+    Example::
+
+        await log.execute("c-1", cmd, meta=rv.Metadata(user="ada", ip="10.0.0.1"))
+    """
+
+    correlation_id: str | None = None
+    causation_id: str | None = None
+    user: str | None = None
+    service: str | None = None
+    ip: str | None = None
+    tenant: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("correlation_id", "causation_id", "user", "service", "ip", "tenant"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise MetadataError(f"metadata {name} must be a string, got {type(value).__name__}")
+            if not value or len(value) > _MAX_META or not value.isprintable():
+                raise MetadataError(f"metadata {name} must be 1..{_MAX_META} printable characters")
+        if self.ip is not None:
+            try:
+                ipaddress.ip_address(self.ip)
+            except ValueError as exc:
+                raise MetadataError(f"metadata ip {self.ip!r} is not an IP address") from exc
+
+    @classmethod
+    def trusted(
+        cls,
+        correlation_id: str | None,
+        causation_id: str | None,
+        user: str | None,
+        service: str | None,
+        ip: str | None,
+        tenant: str | None,
+    ) -> Metadata:
+        """Build without validation (values read back from the store were validated on write)."""
+        obj = object.__new__(cls)
+        for name, value in (
+            ("correlation_id", correlation_id),
+            ("causation_id", causation_id),
+            ("user", user),
+            ("service", service),
+            ("ip", ip),
+            ("tenant", tenant),
+        ):
+            object.__setattr__(obj, name, value)
+        return obj
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope(Generic[E]):
+    """One stored event with its log coordinates and metadata.
+
+    ``event`` is the decoded pydantic event (or a row dict for schema-only topics).
+    """
+
+    event: E
+    topic: str
+    offset: int
+    type: str
+    aggregate_id: str | None
+    version: int | None
+    msg_id: str
+    produced_at_us: int
+    meta: Metadata = field(default_factory=Metadata)
+    schema_version: int = 1
+    row_idx: int = 0
+
+    @property
+    def produced_at(self) -> datetime:
+        """When the event was appended (UTC)."""
+        return datetime.fromtimestamp(self.produced_at_us / 1_000_000, tz=UTC)

@@ -1,0 +1,234 @@
+"""The SQL connection layer shared by the event store, checkpoints and read models.
+
+A URL is the whole configuration (``sqlite:///shop.db``, ``sqlite://`` for memory,
+``postgresql+psycopg://...``). The core is async; SQLAlchemy runs in worker
+threads: one writer thread (writes are serialised here anyway, and grouping them
+lets many commands share one commit) and a small reader pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import StaticPool
+
+from ..errors import StoreError
+
+T = TypeVar("T")
+log = logging.getLogger("reventless.store")
+
+_SYNC_MODES = {"OFF", "NORMAL", "FULL", "EXTRA"}
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """Keyword options of a store; URL query parameters override them.
+
+    ``synchronous`` is SQLite's durability (``FULL`` by default: every commit is
+    fsynced, the same durability the ``eventsourcing`` library uses).
+
+    Example::
+
+        rv.App(store="sqlite:///shop.db?synchronous=NORMAL")
+    """
+
+    synchronous: str = "FULL"
+    busy_timeout_ms: int = 60_000
+    read_threads: int = 2
+
+
+class Database:
+    """Engines, worker threads and SQL text helpers for one store URL."""
+
+    def __init__(self, url: str, options: StoreOptions | None = None) -> None:
+        try:
+            parsed = sa.make_url(url)
+        except Exception as exc:
+            raise StoreError(f"cannot parse store URL {url!r}: {exc}") from exc
+        opts = options or StoreOptions()
+        query = dict(parsed.query)
+        sync = str(query.pop("synchronous", opts.synchronous)).upper()
+        if sync not in _SYNC_MODES:
+            raise StoreError(f"synchronous must be one of {sorted(_SYNC_MODES)}, got {sync!r}")
+        self.url = parsed.set(query=query)
+        self.options = opts
+        self.synchronous = sync
+        backend = self.url.get_backend_name()
+        if backend not in ("sqlite", "postgresql"):
+            raise StoreError(f"unsupported store URL scheme {self.url.drivername!r}")
+        self.is_sqlite = backend == "sqlite"
+        self.is_memory = self.is_sqlite and self.url.database in (None, "", ":memory:")
+        self._writer_engine: Engine | None = None
+        self._reader_engine: Engine | None = None
+        self._writer: ThreadPoolExecutor | None = None
+        self._readers: ThreadPoolExecutor | None = None
+        self.paramstyle = "qmark"
+        self._quote: Callable[[str], str] = lambda n: n
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _make_engine(self, begin: str | None) -> Engine:
+        kwargs: dict[str, Any] = {}
+        if self.is_sqlite:
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 60}
+            if self.is_memory:
+                kwargs["poolclass"] = StaticPool
+        engine = sa.create_engine(self.url, **kwargs)
+        if self.is_sqlite:
+            sync, busy = self.synchronous, self.options.busy_timeout_ms
+
+            @event.listens_for(engine, "connect")
+            def _on_connect(dbapi_conn: Any, _rec: Any) -> None:
+                # pysqlite's implicit transactions break SAVEPOINT and transactional DDL:
+                # take over BEGIN ourselves (SQLAlchemy's documented recipe).
+                dbapi_conn.isolation_level = None
+                cur = dbapi_conn.cursor()
+                if not self.is_memory:
+                    cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute(f"PRAGMA synchronous={sync}")
+                cur.execute(f"PRAGMA busy_timeout={int(busy)}")
+                cur.close()
+
+            if begin is not None:
+
+                @event.listens_for(engine, "begin")
+                def _on_begin(conn: Connection) -> None:
+                    conn.exec_driver_sql(begin)
+
+        return engine
+
+    def open_sync(self) -> None:
+        """Create engines and check that the database can be reached."""
+        if self._writer_engine is not None:
+            return
+        if self.is_sqlite and not self.is_memory:
+            # Writers take the lock up front (no deadlock-prone lock upgrades).
+            self._writer_engine = self._make_engine("BEGIN IMMEDIATE")
+            self._reader_engine = self._make_engine("BEGIN")
+        elif self.is_sqlite:
+            self._writer_engine = self._make_engine("BEGIN")
+            self._reader_engine = self._writer_engine
+        else:
+            self._writer_engine = self._make_engine(None)
+            self._reader_engine = self._writer_engine
+        dialect = self._writer_engine.dialect
+        self.paramstyle = "qmark" if dialect.paramstyle == "qmark" else "format"
+        preparer = dialect.identifier_preparer
+        self._quote = preparer.quote
+        try:
+            with self._writer_engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except Exception as exc:
+            self._dispose()
+            raise StoreError(f"cannot open store {self.url.render_as_string()}: {exc}") from exc
+
+    async def open(self) -> None:
+        """Open engines and worker threads (idempotent)."""
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="rv-writer")
+            if self.is_memory:
+                self._readers = self._writer  # one shared connection: one thread
+            else:
+                self._readers = ThreadPoolExecutor(
+                    self.options.read_threads, thread_name_prefix="rv-reader"
+                )
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._writer, self.open_sync)
+
+    def _dispose(self) -> None:
+        for engine in {id(e): e for e in (self._writer_engine, self._reader_engine) if e}.values():
+            engine.dispose()
+        self._writer_engine = self._reader_engine = None
+
+    async def close(self) -> None:
+        """Dispose engines and stop the worker threads."""
+        writer, readers = self._writer, self._readers
+        self._writer = self._readers = None
+        if writer is not None:
+            await asyncio.get_running_loop().run_in_executor(writer, self._dispose)
+            writer.shutdown(wait=True)
+        if readers is not None and readers is not writer:
+            readers.shutdown(wait=True)
+
+    # -- running work ----------------------------------------------------------------------
+
+    @property
+    def writer_engine(self) -> Engine:
+        if self._writer_engine is None:
+            raise StoreError("store is not open")
+        return self._writer_engine
+
+    @property
+    def reader_engine(self) -> Engine:
+        if self._reader_engine is None:
+            raise StoreError("store is not open")
+        return self._reader_engine
+
+    def write_sync(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in one write transaction on the calling thread."""
+        try:
+            with self.writer_engine.begin() as conn:
+                return fn(conn)
+        except sa.exc.OperationalError as exc:
+            raise StoreError(f"store write failed: {exc.orig}") from exc
+
+    def read_sync(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in one read transaction (a consistent snapshot) on the calling thread."""
+        try:
+            with self.reader_engine.begin() as conn:
+                return fn(conn)
+        except sa.exc.OperationalError as exc:
+            raise StoreError(f"store read failed: {exc.orig}") from exc
+
+    async def write(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in one write transaction on the writer thread."""
+        if self._writer is None:
+            raise StoreError("store is not open")
+        return await asyncio.get_running_loop().run_in_executor(self._writer, self.write_sync, fn)
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in one read transaction on a reader thread."""
+        if self._readers is None:
+            raise StoreError("store is not open")
+        return await asyncio.get_running_loop().run_in_executor(self._readers, self.read_sync, fn)
+
+    # -- SQL text helpers (hot paths bypass the expression compiler) -----------------------
+
+    def q(self, name: str) -> str:
+        """Quote an identifier for this dialect."""
+        return self._quote(name)
+
+    def placeholders(self, n: int) -> str:
+        """``?, ?, ?`` or ``%s, %s, %s`` depending on the driver."""
+        mark = "?" if self.paramstyle == "qmark" else "%s"
+        return ", ".join([mark] * n)
+
+    @property
+    def mark(self) -> str:
+        return "?" if self.paramstyle == "qmark" else "%s"
+
+
+_TABLE_SAFE = re.compile(r"[^a-z0-9_]+")
+
+
+def table_name(prefix: str, name: str) -> str:
+    """A portable table name from a topic or read-model name (``cdc.orders`` -> ``ev_cdc_orders``)."""
+    cleaned = _TABLE_SAFE.sub("_", name.lower()).strip("_")
+    return f"{prefix}{cleaned}"[:60]
+
+
+def is_integrity_error(exc: BaseException) -> bool:
+    """True for unique-violation errors of any supported driver."""
+    if isinstance(exc, sa.exc.IntegrityError):
+        return True
+    return isinstance(exc, sqlite3.IntegrityError)

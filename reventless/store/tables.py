@@ -1,0 +1,86 @@
+"""System tables shared by every reventless store (created on open, idempotently)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+#: One row per topic: its backing table, schema fingerprint, tenant pin and head offset.
+#: ``head`` is the per-topic counter row: appenders bump it inside their transaction,
+#: so offsets are gapless (a rollback un-bumps it) and commit in offset order.
+topics = sa.Table(
+    "rv_topics",
+    metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("table_name", sa.String(64), nullable=False, unique=True),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("arrow_schema", sa.Text, nullable=False),
+    sa.Column("tenant", sa.String(200)),
+    sa.Column("head", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+
+#: Aggregate snapshots: the latest state per aggregate, tagged with the state schema.
+snapshots = sa.Table(
+    "rv_snapshots",
+    metadata,
+    sa.Column("topic", sa.String(200), primary_key=True),
+    sa.Column("aggregate_id", sa.String(400), primary_key=True),
+    sa.Column("version", sa.BigInteger, nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+)
+
+#: Processed command ids: an append carrying a command id lands at most once.
+commands = sa.Table(
+    "rv_commands",
+    metadata,
+    sa.Column("command_id", sa.String(200), primary_key=True),
+    sa.Column("topic", sa.String(200), nullable=False),
+    sa.Column("aggregate_id", sa.String(400)),
+)
+
+#: Collector checkpoints: the last offset a component has fully processed, per topic.
+checkpoints = sa.Table(
+    "rv_checkpoints",
+    metadata,
+    sa.Column("component", sa.String(200), primary_key=True),
+    sa.Column("topic", sa.String(200), primary_key=True),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+)
+
+#: Dead letters: events a component gave up on, parked per aggregate until redriven.
+dead_letters = sa.Table(
+    "rv_dead_letters",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("component", sa.String(200), nullable=False, index=True),
+    sa.Column("topic", sa.String(200), nullable=False),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+    sa.Column("aggregate_id", sa.String(400)),
+    sa.Column("msg_id", sa.String(64), nullable=False),
+    sa.Column("event_type", sa.String(200), nullable=False),
+    sa.Column("error", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("component", "topic", "offset", name="uq_rv_dead_letters_event"),
+)
+
+#: Outbox relay position per topic: everything up to ``offset`` has been published.
+relay = sa.Table(
+    "rv_relay",
+    metadata,
+    sa.Column("topic", sa.String(200), primary_key=True),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+)
+
+#: Read-model tables and the row-schema fingerprint they were built with.
+read_models = sa.Table(
+    "rv_read_models",
+    metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("table_name", sa.String(64), nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+)
