@@ -238,6 +238,9 @@ class EventLog(Topic, Generic[A]):
         self.options = options or LogOptions()
         self._encoders = {e.event_type: self.schema.encoder(e.event_type) for e in spec.event_classes}
         self._cache: OrderedDict[str, A] = OrderedDict()
+        # Commands on one aggregate queue up in-process instead of clashing and retrying;
+        # other processes are still caught by optimistic concurrency.
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         digest = hashlib.sha256(
             f"{spec.__module__}.{spec.__qualname__}:{spec.model_json_schema()}".encode()
         )
@@ -351,6 +354,22 @@ class EventLog(Topic, Generic[A]):
         A handler's ``Rejected`` reaches the caller unchanged and nothing lands.
         ``command_id`` makes the command idempotent: a second execution is a no-op.
         """
+        entry = self._locks.get(aggregate_id)
+        if entry is None:
+            entry = self._locks[aggregate_id] = (asyncio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                return await self._execute(aggregate_id, command, meta, command_id)
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[aggregate_id]
+
+    async def _execute(
+        self, aggregate_id: str, command: Command, meta: Metadata | None, command_id: str | None
+    ) -> ExecuteResult:
         meta = meta or _EMPTY_META
         tenant = self._check_tenant(meta.tenant)
         opts = self.options

@@ -348,34 +348,52 @@ class ReadModelCollector(Collector):
 class _RetryingCollector(Collector):
     max_attempts = 3
     backoff = 0.05
+    concurrency = 256
 
     async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
         raise NotImplementedError
 
     async def process(self, topic: str, envs: list[Envelope[Any]], checkpoint: int) -> None:
+        # Per-aggregate order is kept; different aggregates are handled concurrently,
+        # so the commands they cause share group commits.
         failed: Failed = []
+        parts: dict[str | None, list[Envelope[Any]]] = {}
         for ev in envs:
-            if self.is_parked(ev):
-                failed.append((ev, "parked behind an earlier dead letter of this aggregate", 0))
-                continue
-            spec = self.handler_for(ev)
-            for attempt in range(1, self.max_attempts + 1):
-                try:
-                    await self.handle(ev, spec)
-                    break
-                except Rejected as exc:  # a business refusal will not change on retry
+            parts.setdefault(ev.aggregate_id, []).append(ev)
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def run(part: list[Envelope[Any]]) -> None:
+            async with gate:
+                for ev in part:
+                    if self.is_parked(ev):
+                        failed.append((ev, "parked behind an earlier dead letter of this aggregate", 0))
+                    else:
+                        await self._attempt(ev, failed)
+
+        if None in parts:  # rows without an aggregate keep their total order
+            await run(parts.pop(None))
+        await asyncio.gather(*(run(p) for p in parts.values()))
+        failed.sort(key=lambda f: f[0].offset)
+        await self._commit(topic, checkpoint, failed)
+
+    async def _attempt(self, ev: Envelope[Any], failed: Failed) -> None:
+        spec = self.handler_for(ev)
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                await self.handle(ev, spec)
+                return
+            except Rejected as exc:  # a business refusal will not change on retry
+                failed.append((ev, _err(exc), attempt))
+                self.park(ev)
+                return
+            except Exception as exc:
+                if attempt == self.max_attempts:
+                    log.warning("%s gave up on %s@%s: %s", self.name, ev.topic, ev.offset, exc)
                     failed.append((ev, _err(exc), attempt))
                     self.park(ev)
-                    break
-                except Exception as exc:
-                    if attempt == self.max_attempts:
-                        log.warning("%s gave up on %s@%s: %s", self.name, ev.topic, ev.offset, exc)
-                        failed.append((ev, _err(exc), attempt))
-                        self.park(ev)
-                    else:
-                        delay = self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
-                        await asyncio.sleep(delay)
-        await self._commit(topic, checkpoint, failed)
+                else:
+                    delay = self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+                    await asyncio.sleep(delay)
 
     async def redo(self, ev: Envelope[Any]) -> None:
         await self.handle(ev, self.handler_for(ev))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -73,6 +72,7 @@ class Database:
         self._writer: ThreadPoolExecutor | None = None
         self._readers: ThreadPoolExecutor | None = None
         self.paramstyle = "qmark"
+        self.integrity_errors: tuple[type[Exception], ...] = (sa.exc.IntegrityError,)
         self._quote: Callable[[str], str] = lambda n: n
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -123,6 +123,7 @@ class Database:
             self._reader_engine = self._writer_engine
         dialect = self._writer_engine.dialect
         self.paramstyle = "qmark" if dialect.paramstyle == "qmark" else "format"
+        self.integrity_errors = (sa.exc.IntegrityError, dialect.loaded_dbapi.IntegrityError)
         preparer = dialect.identifier_preparer
         self._quote = preparer.quote
         try:
@@ -225,10 +226,3 @@ def table_name(prefix: str, name: str) -> str:
     """A portable table name from a topic or read-model name (``cdc.orders`` -> ``ev_cdc_orders``)."""
     cleaned = _TABLE_SAFE.sub("_", name.lower()).strip("_")
     return f"{prefix}{cleaned}"[:60]
-
-
-def is_integrity_error(exc: BaseException) -> bool:
-    """True for unique-violation errors of any supported driver."""
-    if isinstance(exc, sa.exc.IntegrityError):
-        return True
-    return isinstance(exc, sqlite3.IntegrityError)

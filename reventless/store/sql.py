@@ -27,7 +27,7 @@ from ..codec import META_NAMES, META_SQL_KINDS, Column
 from ..errors import ConcurrencyError, SchemaMismatchError, StoreError
 from ..topic import TopicDef
 from . import tables
-from .database import Database, is_integrity_error, table_name
+from .database import Database, table_name
 
 log = logging.getLogger("reventless.store")
 
@@ -211,12 +211,13 @@ class SqlEventStore:
                     raise SchemaMismatchError(
                         f"topic {topic.name!r}: new column {c.name!r} must be nullable"
                     )
-                col = self._field_column(c).compile(dialect=conn.dialect)
-                ddl = f"ALTER TABLE {self.db.q(table)} ADD COLUMN {self.db.q(c.name)} "
-                conn.exec_driver_sql(ddl + str(sa.types.to_instance(col.type).compile(conn.dialect)))
+                col_type = _KIND_TYPES[c.sql_kind]().compile(dialect=conn.dialect)
+                conn.exec_driver_sql(
+                    f"ALTER TABLE {self.db.q(table)} ADD COLUMN {self.db.q(c.name)} {col_type}"
+                )
                 continue
             want = _KIND_TYPES[c.sql_kind]()
-            if type(have["type"])._type_affinity is not want._type_affinity:  # type: ignore[attr-defined]
+            if have["type"]._type_affinity is not want._type_affinity:
                 raise SchemaMismatchError(
                     f"topic {topic.name!r}: column {c.name!r} is stored as {have['type']}, "
                     f"the spec now says {c.sql_kind}"
@@ -301,61 +302,73 @@ class SqlEventStore:
     def _append_group(
         self, conn: Connection, reqs: list[AppendRequest]
     ) -> list[AppendResult | Exception]:
+        # The hot path talks to the DBAPI cursor directly: SQLAlchemy's per-statement
+        # bookkeeping (and its compiled SAVEPOINT clauses) cost more than the SQL here.
+        cur = raw_cursor(conn)
         if len(reqs) == 1:
-            return [self._append_one(conn, reqs[0])]
-        if all(r.command_id is None for r in reqs):
-            try:
-                with conn.begin_nested():
-                    return list(self._append_all(conn, reqs))
-            except sa.exc.IntegrityError:
-                pass  # someone in the group clashed: redo one savepoint per request
-        outcomes: list[AppendResult | Exception] = []
-        for req in reqs:
-            try:
-                with conn.begin_nested():
-                    outcomes.append(self._append_one(conn, req))
-            except ConcurrencyError as exc:
-                outcomes.append(exc)
-        return outcomes
+            return [self._careful(cur, reqs[0], savepoint=False)]
+        cur.execute("SAVEPOINT rv_group")
+        try:
+            results: list[AppendResult | Exception] = list(self._append_all(cur, reqs))
+        except self.db.integrity_errors:
+            cur.execute("ROLLBACK TO SAVEPOINT rv_group")
+            results = [self._careful(cur, r, savepoint=True) for r in reqs]
+        cur.execute("RELEASE SAVEPOINT rv_group")
+        return results
 
-    def _bump(self, conn: Connection, topic: str, n: int) -> int:
+    def _careful(self, cur: Any, req: AppendRequest, *, savepoint: bool) -> AppendResult | Exception:
+        """One request on its own; a clash undoes only this request."""
+        if savepoint:
+            cur.execute("SAVEPOINT rv_one")
+        try:
+            result: AppendResult | Exception = self._append_one(cur, req)
+        except ConcurrencyError as exc:
+            if not savepoint:
+                raise
+            cur.execute("ROLLBACK TO SAVEPOINT rv_one")
+            result = exc
+        if savepoint:
+            cur.execute("RELEASE SAVEPOINT rv_one")
+        return result
+
+    def _bump(self, cur: Any, topic: str, n: int) -> int:
         mark = self.db.mark
-        head = conn.exec_driver_sql(
+        cur.execute(
             f"UPDATE rv_topics SET head = head + {mark} WHERE name = {mark} RETURNING head",
             (n, topic),
-        ).scalar_one()
-        return int(head) - n + 1
+        )
+        return int(cur.fetchone()[0]) - n + 1
 
-    def _record_command(self, conn: Connection, req: AppendRequest) -> bool:
-        """Insert the command id; False if it was processed before."""
-        assert req.command_id is not None
-        mark = self.db.mark
-        try:
-            with conn.begin_nested():
-                conn.exec_driver_sql(
-                    "INSERT INTO rv_commands (command_id, topic, aggregate_id) "
-                    f"VALUES ({mark}, {mark}, {mark})",
-                    (req.command_id, req.topic, req.aggregate_id),
-                )
-        except sa.exc.IntegrityError:
-            return False
-        return True
+    def _command_sql(self) -> str:
+        return (
+            "INSERT INTO rv_commands (command_id, topic, aggregate_id) "
+            f"VALUES ({self.db.placeholders(3)})"
+        )
 
-    def _append_one(self, conn: Connection, req: AppendRequest) -> AppendResult:
-        if req.command_id is not None and not self._record_command(conn, req):
-            return AppendResult(req.topic, 0, -1, duplicate=True)
+    def _append_one(self, cur: Any, req: AppendRequest) -> AppendResult:
+        if req.command_id is not None:
+            cur.execute("SAVEPOINT rv_cmd")
+            try:
+                cur.execute(self._command_sql(), (req.command_id, req.topic, req.aggregate_id))
+            except self.db.integrity_errors:
+                cur.execute("ROLLBACK TO SAVEPOINT rv_cmd")
+                cur.execute("RELEASE SAVEPOINT rv_cmd")
+                return AppendResult(req.topic, 0, -1, duplicate=True)
+            cur.execute("RELEASE SAVEPOINT rv_cmd")
         entry = self._entry(req.topic)
-        first = self._bump(conn, req.topic, len(req.rows))
+        first = self._bump(cur, req.topic, len(req.rows))
         rows = [(first + i, *r) for i, r in enumerate(req.rows)]
         try:
-            conn.exec_driver_sql(entry.insert_sql, rows)  # type: ignore[arg-type]
-        except sa.exc.IntegrityError as exc:
-            if not is_integrity_error(exc):
-                raise
+            cur.executemany(entry.insert_sql, rows)
+        except self.db.integrity_errors:
             raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
         return AppendResult(req.topic, first, first + len(rows) - 1, rows)
 
-    def _append_all(self, conn: Connection, reqs: list[AppendRequest]) -> list[AppendResult]:
+    def _append_all(self, cur: Any, reqs: list[AppendRequest]) -> list[AppendResult]:
+        """Everything at once: one counter bump and one executemany per topic."""
+        commands = [(r.command_id, r.topic, r.aggregate_id) for r in reqs if r.command_id]
+        if commands:
+            cur.executemany(self._command_sql(), commands)
         by_topic: dict[str, list[int]] = {}
         for i, req in enumerate(reqs):
             by_topic.setdefault(req.topic, []).append(i)
@@ -363,7 +376,7 @@ class SqlEventStore:
         for topic, idxs in by_topic.items():
             entry = self._entry(topic)
             total = sum(len(reqs[i].rows) for i in idxs)
-            off = self._bump(conn, topic, total)
+            off = self._bump(cur, topic, total)
             all_rows: list[StoredRow] = []
             for i in idxs:
                 req = reqs[i]
@@ -371,7 +384,7 @@ class SqlEventStore:
                 results[i] = AppendResult(topic, off, off + len(rows) - 1, rows)
                 off += len(rows)
                 all_rows.extend(rows)
-            conn.exec_driver_sql(entry.insert_sql, all_rows)  # type: ignore[arg-type]
+            cur.executemany(entry.insert_sql, all_rows)
         return [r for r in results if r is not None]
 
     # -- reading ---------------------------------------------------------------------------
@@ -418,7 +431,9 @@ class SqlEventStore:
         )
 
         def work(conn: Connection) -> tuple[tuple[int, str, str] | None, list[StoredRow]]:
-            snap = conn.exec_driver_sql(snap_sql, (topic, aggregate_id)).first()
+            cur = raw_cursor(conn)
+            cur.execute(snap_sql, (topic, aggregate_id))
+            snap = cur.fetchone()
             after = 0 if snap is None else int(snap[0])
             rows = _fetch(conn, sql, (aggregate_id, after))
             return (None if snap is None else (int(snap[0]), snap[1], snap[2])), rows
@@ -466,6 +481,12 @@ class SqlEventStore:
         return await self.db.read(work)
 
 
+def raw_cursor(conn: Connection) -> Any:
+    """The DBAPI cursor of a SQLAlchemy connection (for the hot paths)."""
+    return conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+
+
 def _fetch(conn: Connection, sql: str, params: Sequence[Any]) -> list[StoredRow]:
-    cur = conn.exec_driver_sql(sql, tuple(params))
-    return [tuple(r) for r in cur.cursor.fetchall()] if cur.cursor is not None else []
+    cur = raw_cursor(conn)
+    cur.execute(sql, tuple(params))
+    return [tuple(r) for r in cur.fetchall()]

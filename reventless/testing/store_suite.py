@@ -1,0 +1,290 @@
+"""The store conformance suite: subclass it in a test module and provide ``store_url``.
+
+Example::
+
+    class TestSqliteFile(StoreConformance):
+        @pytest.fixture
+        def store_url(self, tmp_path):
+            return f"sqlite:///{tmp_path / 'x.db'}"
+
+Every check proves its claim by reading the store back, never by trusting return values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlalchemy as sa
+
+import reventless as rv
+from reventless.errors import ConcurrencyError, SchemaMismatchError, TenantError
+
+
+class Deposited(rv.Event):
+    amount: int
+    note: str | None = None
+
+
+class Withdrawn(rv.Event):
+    amount: int
+
+
+class Deposit(rv.Command):
+    amount: int
+
+
+class Withdraw(rv.Command):
+    amount: int
+
+
+class Account(rv.Aggregate):
+    """A bank account: the suite's aggregate."""
+
+    events = Deposited | Withdrawn
+    balance: int = 0
+
+    @rv.handles(Deposit)
+    def deposit(self, cmd: Deposit) -> Deposited:
+        return Deposited(amount=cmd.amount)
+
+    @rv.handles(Withdraw)
+    def withdraw(self, cmd: Withdraw) -> Withdrawn:
+        if cmd.amount > self.balance:
+            raise rv.Rejected("insufficient_funds", f"balance {self.balance} < {cmd.amount}")
+        return Withdrawn(amount=cmd.amount)
+
+    @rv.applies(Deposited)
+    def _dep(self, e: Deposited) -> None:
+        self.balance += e.amount
+
+    @rv.applies(Withdrawn)
+    def _wd(self, e: Withdrawn) -> None:
+        self.balance -= e.amount
+
+
+CDC_SCHEMA = pa.schema(
+    [
+        pa.field("op", pa.string(), nullable=False),
+        pa.field("ts_ms", pa.int64(), nullable=False),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("after", pa.string()),
+    ]
+)
+
+
+def cdc_table(n: int, start: int = 0) -> pa.Table:
+    return pa.table(
+        {
+            "op": ["c"] * n,
+            "ts_ms": list(range(start, start + n)),
+            "key": [f"order-{i % 7}" for i in range(start, start + n)],
+            "after": ['{"total": 1}'] * n,
+        },
+        schema=CDC_SCHEMA,
+    )
+
+
+async def sql_rows(app: rv.App, sql: str) -> list[Any]:
+    """Run raw SQL against the app's store (the proof of what landed)."""
+    return await app.store.db.read(lambda c: c.exec_driver_sql(sql).all())
+
+
+async def assert_gapless(app: rv.App, topic: str) -> list[int]:
+    table = app.store.table_of(topic)
+    offsets = [r[0] for r in await sql_rows(app, f"SELECT _offset FROM {table} ORDER BY _offset")]
+    assert offsets == list(range(1, len(offsets) + 1)), offsets
+    assert await app.store.head(topic) == len(offsets)
+    return offsets
+
+
+class StoreConformance:
+    """Behaviour every EventStore must show. Subclasses provide a ``store_url`` fixture."""
+
+    @pytest.fixture
+    async def app(self, store_url: str) -> AsyncIterator[rv.App]:
+        app = rv.App(store=store_url, service="suite")
+        app.event_log(Account)
+        app.topic("cdc.orders", schema=CDC_SCHEMA, key="key")
+        app.topic("cdc.pinned", schema=CDC_SCHEMA, tenant="acme")
+        async with app:
+            yield app
+
+    def accounts(self, app: rv.App) -> rv.EventLog[Account]:
+        return app.event_log(Account)
+
+    async def test_execute_load_and_metadata(self, app: rv.App) -> None:
+        log = self.accounts(app)
+        meta = rv.Metadata(user="ada", ip="10.1.2.3", correlation_id="corr-1")
+        res = await log.execute("a-1", Deposit(amount=5), meta=meta)
+        assert (res.version, res.first_offset, res.last_offset) == (1, 1, 1)
+        await log.execute("a-1", Deposit(amount=7))
+        acct = await log.load("a-1")
+        assert (acct.balance, acct.version, acct.id) == (12, 2, "a-1")
+        [env, env2] = await log.read()
+        assert env.event == Deposited(amount=5) and env.offset == 1 and env.version == 1
+        assert env.meta.user == "ada" and env.meta.ip == "10.1.2.3"
+        assert env.meta.correlation_id == "corr-1" and env.meta.service == "suite"
+        assert env.msg_id != env2.msg_id and rv.uuid7().version == 7
+        import uuid
+
+        assert uuid.UUID(env.msg_id).version == 7
+        assert env2.meta.correlation_id == env2.msg_id  # filled in when not given
+        rows = await sql_rows(app, f"SELECT _type, _schema_version, _row_idx FROM {app.store.table_of('Account')}")
+        assert rows == [("Deposited", 1, 0), ("Deposited", 1, 0)]
+
+    async def test_rejection_is_typed_and_lands_nothing(self, app: rv.App) -> None:
+        log = self.accounts(app)
+        with pytest.raises(rv.Rejected) as info:
+            await log.execute("a-1", Withdraw(amount=1))
+        assert info.value.code == "insufficient_funds"
+        assert await sql_rows(app, f"SELECT * FROM {app.store.table_of('Account')}") == []
+        with pytest.raises(rv.AggregateNotFoundError):
+            await log.get("a-1")
+
+    async def test_concurrency_error_lands_nothing(self, app: rv.App) -> None:
+        log = self.accounts(app)
+        await log.execute("a-1", Deposit(amount=1))
+        with pytest.raises(ConcurrencyError):
+            await log.append("a-1", [Deposited(amount=99)], expected_version=0)
+        rows = await sql_rows(app, f"SELECT _version FROM {app.store.table_of('Account')}")
+        assert rows == [(1,)]
+        await assert_gapless(app, "Account")
+        res = await log.append("a-1", [Deposited(amount=2)], expected_version=1)
+        assert res.first_offset == 2  # the failed append left no hole
+
+    async def test_concurrent_commands_in_one_process_all_land(self, app: rv.App) -> None:
+        log = self.accounts(app)
+        await asyncio.gather(*(log.execute("hot", Deposit(amount=1)) for _ in range(60)))
+        await asyncio.gather(*(log.execute(f"a-{i}", Deposit(amount=1)) for i in range(60)))
+        log.forget()
+        assert (await log.load("hot")).balance == 60
+        table = app.store.table_of("Account")
+        versions = await sql_rows(app, f"SELECT _version FROM {table} WHERE _aggregate_id = 'hot' ORDER BY _version")
+        assert [v for (v,) in versions] == list(range(1, 61))
+        await assert_gapless(app, "Account")
+
+    async def test_command_id_makes_execution_idempotent(self, app: rv.App) -> None:
+        log = self.accounts(app)
+        first = await log.execute("a-1", Deposit(amount=3), command_id="cmd-1")
+        again = await log.execute("a-1", Deposit(amount=3), command_id="cmd-1")
+        assert not first.duplicate and again.duplicate
+        assert len(await sql_rows(app, f"SELECT * FROM {app.store.table_of('Account')}")) == 1
+
+    async def test_snapshots_keep_state_equal_to_the_fold(self, store_url: str) -> None:
+        app = rv.App(store=store_url, options=rv.AppOptions(log=rv.LogOptions(snapshot_every=10)))
+        log = app.event_log(Account)
+        async with app:
+            for i in range(35):
+                await log.execute("a-1", Deposit(amount=i))
+            snaps = await sql_rows(app, "SELECT version FROM rv_snapshots WHERE aggregate_id = 'a-1'")
+            assert snaps == [(30,)]
+            loaded = await log.load("a-1")
+            assert (loaded.balance, loaded.version) == (sum(range(35)), 35)
+            # a snapshot of another state shape is ignored, the fold still works
+            await app.store.db.write(lambda c: c.exec_driver_sql("UPDATE rv_snapshots SET fingerprint = 'old'"))
+            assert (await log.load("a-1")).balance == sum(range(35))
+
+    async def test_read_pages_arrow_batches_and_parquet(self, app: rv.App, tmp_path: Path) -> None:
+        log = self.accounts(app)
+        for i in range(25):
+            await log.execute(f"a-{i % 3}", Deposit(amount=i))
+        page = await log.read(from_offset=11, limit=5)
+        assert [e.offset for e in page] == [11, 12, 13, 14, 15]
+        batches = [b async for b in log.read_batches(from_offset=1, batch_size=10)]
+        assert [b.num_rows for b in batches] == [10, 10, 5]
+        assert all(b.schema.equals(log.arrow_schema) for b in batches)
+        assert pa.Table.from_batches(batches).column("amount").to_pylist() == list(range(25))
+        n = await log.export_parquet(tmp_path / "acc.parquet")
+        back = pq.read_table(tmp_path / "acc.parquet")
+        assert n == 25 and back.schema.equals(log.arrow_schema)
+        assert back.column("_offset").to_pylist() == list(range(1, 26))
+        assert [e.offset async for e in log.iter(20)] == [20, 21, 22, 23, 24, 25]
+
+    async def test_schema_topic_publish_and_mismatch_lands_nothing(self, app: rv.App) -> None:
+        cdc = app.topics["cdc.orders"]
+        res = await cdc.publish(cdc_table(10))
+        assert (res.first_offset, res.last_offset) == (1, 10)
+        bad_type = cdc_table(3).set_column(1, "ts_ms", pa.array(["x", "y", "z"]))
+        missing = cdc_table(3).drop_columns(["key"])
+        extra = cdc_table(3).append_column("nope", pa.array([1, 2, 3]))
+        nulls = pa.table(
+            {"op": ["c", None], "ts_ms": [1, 2], "key": ["k", "k"], "after": [None, None]}
+        )
+        for bad in (bad_type, missing, extra, nulls):
+            with pytest.raises(SchemaMismatchError):
+                await cdc.publish(bad)
+        rows = await sql_rows(app, f"SELECT COUNT(*) FROM {app.store.table_of('cdc.orders')}")
+        assert rows == [(10,)]
+        [env] = await cdc.read(from_offset=10, limit=1)
+        assert env.event == {"op": "c", "ts_ms": 9, "key": "order-2", "after": '{"total": 1}'}
+        assert env.aggregate_id == "order-2"
+        await assert_gapless(app, "cdc.orders")
+
+    async def test_wrong_tenant_is_rejected_up_front(self, app: rv.App) -> None:
+        pinned = app.topics["cdc.pinned"]
+        with pytest.raises(TenantError):
+            await pinned.publish(cdc_table(2), meta=rv.Metadata(tenant="other"))
+        await pinned.publish(cdc_table(2), meta=rv.Metadata(tenant="acme"))
+        await pinned.publish(cdc_table(1))  # the pinned tenant is filled in
+        rows = await sql_rows(app, f"SELECT _tenant FROM {app.store.table_of('cdc.pinned')}")
+        assert rows == [("acme",)] * 3
+
+    async def test_unknown_event_type_on_load_fails_loudly(self, app: rv.App) -> None:
+        log = self.accounts(app)
+        await log.execute("a-1", Deposit(amount=1))
+        table = app.store.table_of("Account")
+        await app.store.db.write(
+            lambda c: c.exec_driver_sql(f"UPDATE {table} SET _type = 'Vanished'")
+        )
+        log.forget()
+        with pytest.raises(rv.UnknownEventTypeError, match="Vanished"):
+            await log.load("a-1")
+
+    async def test_failed_build_leaves_nothing_behind(self, store_url: str) -> None:
+        broker = rv.InMemoryBroker()
+        app = rv.App(store=store_url, broker=broker)
+        app.event_log(Account)
+        app.topic("cdc.orders", schema=CDC_SCHEMA)
+        broker.set_available(False)
+        with pytest.raises(rv.BrokerError):
+            await app.start()
+        check = rv.App(store=store_url)
+        await check.store.open()
+        try:
+            names = await check.store.db.read(lambda c: sa.inspect(c).get_table_names())
+            topics = await check.store.db.read(
+                lambda c: c.exec_driver_sql("SELECT name FROM rv_topics").all()
+            )
+        finally:
+            await check.store.close()
+        if names:  # an in-memory store vanishes with its App; a file must be clean
+            assert not [n for n in names if n.startswith("ev_")] and topics == []
+
+    async def test_reopening_checks_the_stored_schema(self, file_url: str) -> None:
+        app = rv.App(store=file_url)
+        app.topic("cdc.orders", schema=CDC_SCHEMA)
+        async with app:
+            await app.topics["cdc.orders"].publish(cdc_table(2))
+        grown = CDC_SCHEMA.append(pa.field("before", pa.string()))
+        app2 = rv.App(store=file_url)
+        app2.topic("cdc.orders", schema=grown)
+        async with app2:  # adding a nullable column is a compatible change
+            assert await app2.topics["cdc.orders"].head() == 2
+        changed = pa.schema([pa.field("op", pa.int64(), nullable=False)])
+        app3 = rv.App(store=file_url)
+        app3.topic("cdc.orders", schema=changed)
+        with pytest.raises(SchemaMismatchError):
+            await app3.start()
+
+    async def test_store_that_cannot_be_opened(self, tmp_path: Path) -> None:
+        app = rv.App(store=f"sqlite:///{tmp_path / 'missing' / 'dir' / 'x.db'}")
+        with pytest.raises(rv.StoreError):
+            await app.start()
+        with pytest.raises(rv.StoreError):
+            rv.App(store="nosuchdb://x")
