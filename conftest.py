@@ -13,7 +13,9 @@ settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 settings.register_profile(
-    "ci", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+    "ci",
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
     derandomize=True,
 )
 settings.load_profile("ci" if os.environ.get("CI") else "default")

@@ -41,7 +41,7 @@ from .relay import Relay
 from .spec import Aggregate, Event
 from .store.database import Database, StoreOptions
 from .store.sql import SqlEventStore
-from .topic import TopicDef
+from .topic import TopicDef, TopicKind
 
 A = TypeVar("A", bound=Aggregate)
 R = TypeVar("R", bound=BaseModel)
@@ -210,7 +210,7 @@ class App:
         )
         if key is not None and key not in {c.name for c in ts.columns}:
             raise SpecError(f"topic {name!r}: key {key!r} is not a column")
-        kind = "arrow" if schema is not None else "model"
+        kind: TopicKind = "arrow" if schema is not None else "model"
         t = Topic(TopicDef(name, ts, kind, tenant, key), service=self.service)
         self._declare(t)
         return t

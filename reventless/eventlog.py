@@ -208,9 +208,20 @@ class Topic:
         produced = _now_us()
         rows = [
             (
-                i, produced, None if key_idx is None else str(f[key_idx]), None, type_name, 1,
-                uuid7_str(), meta.correlation_id, meta.causation_id, meta.user,
-                meta.service or self.service, meta.ip, tenant, *f,
+                i,
+                produced,
+                None if key_idx is None else str(f[key_idx]),
+                None,
+                type_name,
+                1,
+                uuid7_str(),
+                meta.correlation_id,
+                meta.causation_id,
+                meta.user,
+                meta.service or self.service,
+                meta.ip,
+                tenant,
+                *f,
             )
             for i, f in enumerate(fields)
         ]
@@ -236,7 +247,9 @@ class EventLog(Topic, Generic[A]):
         super().__init__(definition, service=service)
         self.spec = spec
         self.options = options or LogOptions()
-        self._encoders = {e.event_type: self.schema.encoder(e.event_type) for e in spec.event_classes}
+        self._encoders = {
+            e.event_type: self.schema.encoder(e.event_type) for e in spec.event_classes
+        }
         self._cache: OrderedDict[str, A] = OrderedDict()
         # Commands on one aggregate queue up in-process instead of clashing and retrying;
         # other processes are still caught by optimistic concurrency.
@@ -293,8 +306,13 @@ class EventLog(Topic, Generic[A]):
     # -- writing ---------------------------------------------------------------------------
 
     def _rows(
-        self, aggregate_id: str, version: int, events: Sequence[Event], meta: Metadata,
-        tenant: str | None, command_id: str | None,
+        self,
+        aggregate_id: str,
+        version: int,
+        events: Sequence[Event],
+        meta: Metadata,
+        tenant: str | None,
+        command_id: str | None,
     ) -> list[tuple[Any, ...]]:
         produced = _now_us()
         service = meta.service or self.service
@@ -307,8 +325,19 @@ class EventLog(Topic, Generic[A]):
                 correlation = msg_id
             rows.append(
                 (
-                    i, produced, aggregate_id, version + i + 1, e.event_type, e.schema_version,
-                    msg_id, correlation, causation, meta.user, service, meta.ip, tenant,
+                    i,
+                    produced,
+                    aggregate_id,
+                    version + i + 1,
+                    e.event_type,
+                    e.schema_version,
+                    msg_id,
+                    correlation,
+                    causation,
+                    meta.user,
+                    service,
+                    meta.ip,
+                    tenant,
                     *self._encoders[e.event_type](e),
                 )
             )
@@ -406,7 +435,10 @@ class EventLog(Topic, Generic[A]):
             every = opts.snapshot_every
             if every and agg.version // every > base // every:
                 await self.store.save_snapshot(
-                    self.name, aggregate_id, agg.version, self._state_fingerprint,
+                    self.name,
+                    aggregate_id,
+                    agg.version,
+                    self._state_fingerprint,
                     agg.model_dump_json(),
                 )
             return ExecuteResult(

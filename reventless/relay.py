@@ -81,7 +81,7 @@ class Relay:
         def work(conn: Connection) -> dict[str, int]:
             got = {
                 str(t): int(o)
-                for t, o in conn.exec_driver_sql("SELECT topic, \"offset\" FROM rv_relay").all()
+                for t, o in conn.exec_driver_sql('SELECT topic, "offset" FROM rv_relay').all()
             }
             mark = self.store.db.mark
             for n in names:
@@ -91,7 +91,7 @@ class Relay:
                     ).scalar_one()
                     got[n] = int(head)
                     conn.exec_driver_sql(
-                        f"INSERT INTO rv_relay (topic, \"offset\") VALUES ({mark}, {mark})",
+                        f'INSERT INTO rv_relay (topic, "offset") VALUES ({mark}, {mark})',
                         (n, got[n]),
                     )
             return got
@@ -145,6 +145,7 @@ class Relay:
                 buf = [r for r in buf if r[0] > done]
                 buf.sort(key=lambda r: r[0])
                 self._buffer[name] = buf
+            rows: list[StoredRow]
             if buf and buf[0][0] == done + 1:
                 rows = []
                 for r in buf:
@@ -166,7 +167,7 @@ class Relay:
 
         def work(conn: Connection) -> None:
             conn.exec_driver_sql(
-                f"UPDATE rv_relay SET \"offset\" = {mark} WHERE topic = {mark}",
+                f'UPDATE rv_relay SET "offset" = {mark} WHERE topic = {mark}',
                 [(o, t) for t, o in changed.items()],
             )
 

@@ -189,7 +189,9 @@ class Aggregate(BaseModel):
         super().__pydantic_init_subclass__(**kwargs)
         name = cls.__name__
         if cls.events is None:
-            raise SpecError(f"{name}: set `events = EventA | EventB` to the aggregate's event union")
+            raise SpecError(
+                f"{name}: set `events = EventA | EventB` to the aggregate's event union"
+            )
         if "topic_name" not in cls.__dict__:
             cls.topic_name = name
         cls.event_classes = union_members(cls.events, f"{name}.events")

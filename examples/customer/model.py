@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import reventless as rv
 from pydantic import BaseModel
+
+import reventless as rv
 
 
 class Created(rv.Event):
@@ -100,17 +101,13 @@ class CustomerRow(BaseModel):
     address: str
 
 
-directory: rv.ReadModel[CustomerRow] = rv.ReadModel(
-    "customer_directory", row=CustomerRow, key="id"
-)
+directory: rv.ReadModel[CustomerRow] = rv.ReadModel("customer_directory", row=CustomerRow, key="id")
 
 
 @directory.on(Created)
 def _created_row(ev: rv.Envelope[Created]) -> rv.Upsert[CustomerRow]:
     assert ev.aggregate_id is not None
-    return rv.Upsert(
-        CustomerRow(id=ev.aggregate_id, name=ev.event.name, address=ev.event.address)
-    )
+    return rv.Upsert(CustomerRow(id=ev.aggregate_id, name=ev.event.name, address=ev.event.address))
 
 
 @directory.on(AddressChanged, NameChanged)

@@ -23,9 +23,7 @@ ADA = Created(name="Ada", address="1 Main St")
 
 def test_register_once() -> None:
     given(Customer).when(Register(name="Ada", address="1 Main St")).then(ADA)
-    given(Customer, ADA).when(Register(name="Ada", address="x")).then_rejected(
-        "already_registered"
-    )
+    given(Customer, ADA).when(Register(name="Ada", address="x")).then_rejected("already_registered")
 
 
 def test_changes_need_an_active_customer() -> None:
@@ -34,8 +32,10 @@ def test_changes_need_an_active_customer() -> None:
 
 
 def test_changes_emit_only_real_changes() -> None:
-    state = given(Customer, ADA).when(ChangeAddress(address="2 Side St")).then(
-        AddressChanged(address="2 Side St")
+    state = (
+        given(Customer, ADA)
+        .when(ChangeAddress(address="2 Side St"))
+        .then(AddressChanged(address="2 Side St"))
     )
     assert state.address == "2 Side St"
     given(Customer, ADA).when(ChangeAddress(address="1 Main St")).then()

@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import reventless as rv
 from examples.customer.model import Register
@@ -34,8 +35,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-async def _run_all(label: str, jobs: list[tuple[rv.EventLog[rv.Aggregate], str, rv.Command]],
-                   concurrency: int) -> float:
+async def _run_all(
+    label: str, jobs: list[tuple[rv.EventLog[Any], str, rv.Command]], concurrency: int
+) -> float:
     started = time.perf_counter()
     it = iter(jobs)
     done = 0
@@ -69,22 +71,44 @@ async def main(argv: list[str] | None = None) -> int:
     stock = {f"sku-{i:03d}": rng.randint(50, 400) for i in range(a.skus)}
     placed: list[tuple[str, str, int, Decimal]] = []
     for n in range(a.orders):
-        placed.append((f"order-{n:06d}", f"sku-{rng.randrange(a.skus):03d}", rng.randint(1, 5),
-                       Decimal(rng.randint(100, 9999)) / 100))
+        placed.append(
+            (
+                f"order-{n:06d}",
+                f"sku-{rng.randrange(a.skus):03d}",
+                rng.randint(1, 5),
+                Decimal(rng.randint(100, 9999)) / 100,
+            )
+        )
     t0 = time.perf_counter()
     async with app:
-        await _run_all("customers", [
-            (customers, f"cust-{i:05d}", Register(name=f"Customer {i}", address=f"{i} Main St"))
-            for i in range(a.customers)
-        ], a.concurrency)  # type: ignore[arg-type]
-        await _run_all("stock", [
-            (inventory, sku, AddStock(qty=q)) for sku, q in stock.items()
-        ], a.concurrency)  # type: ignore[arg-type]
-        secs = await _run_all("orders", [
-            (orders, oid, PlaceOrder(customer_id=f"cust-{rng.randrange(a.customers):05d}",
-                                     sku=sku, qty=qty, unit_price=price))
-            for oid, sku, qty, price in placed
-        ], a.concurrency)  # type: ignore[arg-type]
+        await _run_all(
+            "customers",
+            [
+                (customers, f"cust-{i:05d}", Register(name=f"Customer {i}", address=f"{i} Main St"))
+                for i in range(a.customers)
+            ],
+            a.concurrency,
+        )
+        await _run_all(
+            "stock", [(inventory, sku, AddStock(qty=q)) for sku, q in stock.items()], a.concurrency
+        )
+        secs = await _run_all(
+            "orders",
+            [
+                (
+                    orders,
+                    oid,
+                    PlaceOrder(
+                        customer_id=f"cust-{rng.randrange(a.customers):05d}",
+                        sku=sku,
+                        qty=qty,
+                        unit_price=price,
+                    ),
+                )
+                for oid, sku, qty, price in placed
+            ],
+            a.concurrency,
+        )
         print("  waiting for the saga and read models to settle ...", flush=True)
         t_settle = time.perf_counter()
         await app.settle(timeout=600)
@@ -106,7 +130,8 @@ async def main(argv: list[str] | None = None) -> int:
             revenue += r.total
     checks = {
         "every order has a summary": len(rows) == a.orders,
-        "every order was confirmed or cancelled": status["confirmed"] + status["cancelled"] == a.orders,
+        "every order was confirmed or cancelled": status["confirmed"] + status["cancelled"]
+        == a.orders,
         "stock reserved == confirmed quantities": all(
             levels[s].reserved == reserved.get(s, 0) for s in stock
         ),
@@ -118,12 +143,16 @@ async def main(argv: list[str] | None = None) -> int:
         "no dead letters": not dead,
     }
     events = sum(heads.values())
-    print(f"\norders: {a.orders}  confirmed: {status['confirmed']}  cancelled: {status['cancelled']}"
-          f"  revenue: {revenue}")
+    print(
+        f"\norders: {a.orders}  confirmed: {status['confirmed']}  cancelled: {status['cancelled']}"
+        f"  revenue: {revenue}"
+    )
     print(f"stock levels: {len(levels)} SKUs, reserved {sum(reserved.values())} units")
     print(f"customers: {n_customers}   events in the log: {events}  ({heads})")
-    print(f"placing orders: {a.orders / secs:,.0f} commands/s; settle after: {settle_secs:.2f}s; "
-          f"end to end {events / total:,.0f} events/s over {total:.1f}s")
+    print(
+        f"placing orders: {a.orders / secs:,.0f} commands/s; settle after: {settle_secs:.2f}s; "
+        f"end to end {events / total:,.0f} events/s over {total:.1f}s"
+    )
     for name, ok in checks.items():
         print(f"  [{'ok' if ok else 'FAIL'}] {name}")
     return 0 if all(checks.values()) else 1

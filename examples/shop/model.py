@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-import reventless as rv
 from pydantic import BaseModel, Field
 
+import reventless as rv
 from examples.customer.model import Customer, CustomerRow, directory
 
 # -- inventory -----------------------------------------------------------------------------
@@ -178,7 +178,9 @@ fulfilment = rv.EventMapper("order_fulfilment")
 @fulfilment.on(OrderPlaced)
 def _reserve(ev: rv.Envelope[OrderPlaced]) -> rv.Send:
     assert ev.aggregate_id is not None
-    return rv.Send(Inventory, ev.event.sku, ReserveStock(order_id=ev.aggregate_id, qty=ev.event.qty))
+    return rv.Send(
+        Inventory, ev.event.sku, ReserveStock(order_id=ev.aggregate_id, qty=ev.event.qty)
+    )
 
 
 @fulfilment.on(StockReserved)
@@ -214,8 +216,12 @@ def _summary_placed(ev: rv.Envelope[OrderPlaced]) -> rv.Upsert[OrderSummary]:
     assert ev.aggregate_id is not None
     return rv.Upsert(
         OrderSummary(
-            order_id=ev.aggregate_id, customer_id=e.customer_id, sku=e.sku, qty=e.qty,
-            total=e.unit_price * e.qty, status="placed",
+            order_id=ev.aggregate_id,
+            customer_id=e.customer_id,
+            sku=e.sku,
+            qty=e.qty,
+            total=e.unit_price * e.qty,
+            status="placed",
         )
     )
 
@@ -280,7 +286,9 @@ def confirmations(mailer: Mailer) -> rv.SideEffectHandler:
 
     @effect.on(OrderConfirmed)
     def _mail(ev: rv.Envelope[OrderConfirmed]) -> None:
-        mailer.send(effect.idempotency_key(ev), f"order {ev.aggregate_id}", "your order is confirmed")
+        mailer.send(
+            effect.idempotency_key(ev), f"order {ev.aggregate_id}", "your order is confirmed"
+        )
 
     return effect
 
@@ -299,9 +307,7 @@ class Shop:
     mailer: Mailer
 
 
-def build(
-    store: str, broker: str = "memory://", *, options: rv.AppOptions | None = None
-) -> Shop:
+def build(store: str, broker: str = "memory://", *, options: rv.AppOptions | None = None) -> Shop:
     """Wire the shop: logs, saga, read models and the confirmation side effect."""
     app = rv.App(store=store, broker=broker, service="shop", options=options)
     mailer = Mailer()

@@ -12,7 +12,6 @@ from examples.shop.model import (
     ConfirmOrder,
     Inventory,
     Order,
-    OrderCancelled,
     OrderConfirmed,
     OrderPlaced,
     PlaceOrder,
@@ -99,10 +98,13 @@ async def test_saga_end_to_end_with_causation(store_url: str) -> None:
         assert len(shop.mailer.sent) == 1
         # the saga's events carry the correlation of the order and their cause
         placed = (await shop.orders.read())[0]
-        reserved = [e for e in await shop.inventory.read() if e.type == "StockReserved"][0]
-        confirmed = [e for e in await shop.orders.read() if e.type == "OrderConfirmed"][0]
+        reserved = next(e for e in await shop.inventory.read() if e.type == "StockReserved")
+        confirmed = next(e for e in await shop.orders.read() if e.type == "OrderConfirmed")
         assert reserved.meta.correlation_id == "checkout-42"
-        assert reserved.meta.causation_id is not None and confirmed.meta.correlation_id == "checkout-42"
+        assert (
+            reserved.meta.causation_id is not None
+            and confirmed.meta.correlation_id == "checkout-42"
+        )
         assert placed.meta.user == "ada" and reserved.meta.user == "ada"
         # redelivering the same events to the mapper changes nothing (deterministic command ids)
         heads = await shop.app.store.heads()
@@ -118,6 +120,7 @@ async def test_demo_runs_and_checks_itself(tmp_path: object) -> None:
     import pathlib
 
     db = pathlib.Path(str(tmp_path)) / "demo.db"
-    code = await main(["--store", f"sqlite:///{db}", "--orders", "400", "--customers", "40",
-                       "--skus", "5"])
+    code = await main(
+        ["--store", f"sqlite:///{db}", "--orders", "400", "--customers", "40", "--skus", "5"]
+    )
     assert code == 0

@@ -135,8 +135,13 @@ class InMemoryBroker:
                 except Exception as exc:
                     if attempt == self.max_deliver:
                         # Give up on the message: the consumer catches up from the store.
-                        log.error("group %s dropped %s after %d tries: %s", group, msg.msg_id,
-                                  attempt, exc)
+                        log.error(
+                            "group %s dropped %s after %d tries: %s",
+                            group,
+                            msg.msg_id,
+                            attempt,
+                            exc,
+                        )
                     else:
                         await asyncio.sleep(min(0.5, 0.01 * 2**attempt) * random.uniform(0.5, 1.5))
 

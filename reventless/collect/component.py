@@ -78,7 +78,8 @@ class Component:
 
     def _spec(self, fn: Callable[..., Any], key: KeyFn | None) -> HandlerSpec:
         params = [
-            p for p in inspect.signature(fn).parameters.values()
+            p
+            for p in inspect.signature(fn).parameters.values()
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
         if len(params) not in (1, 2) or (len(params) == 2 and self.kind != "read_model"):

@@ -36,15 +36,29 @@ def record_sync(
         return
     now = time.time_ns() // 1000
     q = db.q
-    cols = "component, topic, " + q("offset") + ", aggregate_id, msg_id, event_type, error, attempts, created_at"
+    cols = (
+        "component, topic, "
+        + q("offset")
+        + ", aggregate_id, msg_id, event_type, error, attempts, created_at"
+    )
     sql = (
         f"INSERT INTO rv_dead_letters ({cols}) VALUES ({db.placeholders(9)}) "
         f"ON CONFLICT (component, topic, {q('offset')}) DO NOTHING"
     )
     conn.exec_driver_sql(
         sql,
-        [  # type: ignore[arg-type]
-            (component, ev.topic, ev.offset, ev.aggregate_id, ev.msg_id, ev.type, err[:4000], n, now)
+        [
+            (
+                component,
+                ev.topic,
+                ev.offset,
+                ev.aggregate_id,
+                ev.msg_id,
+                ev.type,
+                err[:4000],
+                n,
+                now,
+            )
             for ev, err, n in failed
         ],
     )
@@ -82,6 +96,7 @@ def resolve_sync(db: Database, conn: Connection, letter_id: int) -> None:
 def bump_sync(db: Database, conn: Connection, letter_id: int, error: str) -> None:
     """Record another failed attempt."""
     conn.exec_driver_sql(
-        f"UPDATE rv_dead_letters SET attempts = attempts + 1, error = {db.mark} WHERE id = {db.mark}",
+        "UPDATE rv_dead_letters SET attempts = attempts + 1, "
+        f"error = {db.mark} WHERE id = {db.mark}",
         (error[:4000], letter_id),
     )

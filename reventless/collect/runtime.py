@@ -14,6 +14,7 @@ import logging
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -105,7 +106,9 @@ class Collector:
         q = self.db.q
 
         def load(conn: Connection) -> tuple[dict[str, int], set[tuple[str, str]]]:
-            sql = f"SELECT topic, {q('offset')} FROM rv_checkpoints WHERE component = {self.db.mark}"
+            sql = (
+                f"SELECT topic, {q('offset')} FROM rv_checkpoints WHERE component = {self.db.mark}"
+            )
             got = {str(t): int(o) for t, o in conn.exec_driver_sql(sql, (self.name,)).all()}
             return got, deadletter.parked_sync(self.db, conn, self.name)
 
@@ -205,9 +208,7 @@ class Collector:
         handlers = self.dispatch.get(topic, {})
         schema = self.topics[topic].schema
         wildcard = "*" in handlers
-        envs = [
-            envelope_of(schema, topic, r) for r in rows if wildcard or r[5] in handlers
-        ]
+        envs = [envelope_of(schema, topic, r) for r in rows if wildcard or r[5] in handlers]
         await self.process(topic, envs, rows[-1][0])
         self.checkpoints[topic] = rows[-1][0]
         self.processed += len(rows)
@@ -277,10 +278,12 @@ class Collector:
                         await self.redo(ev)
                     except Exception as exc:
                         err = _err(exc)
-                        await self.db.write(lambda c, i=dl.id, e=err: deadletter.bump_sync(self.db, c, i, e))
+                        await self.db.write(
+                            partial(deadletter.bump_sync, self.db, letter_id=dl.id, error=err)
+                        )
                         stuck += 1
                         break
-                    await self.db.write(lambda c, i=dl.id: deadletter.resolve_sync(self.db, c, i))
+                    await self.db.write(partial(deadletter.resolve_sync, self.db, letter_id=dl.id))
                     ok += 1
                 else:
                     if agg is not None:
@@ -366,7 +369,9 @@ class _RetryingCollector(Collector):
             async with gate:
                 for ev in part:
                     if self.is_parked(ev):
-                        failed.append((ev, "parked behind an earlier dead letter of this aggregate", 0))
+                        failed.append(
+                            (ev, "parked behind an earlier dead letter of this aggregate", 0)
+                        )
                     else:
                         await self._attempt(ev, failed)
 
@@ -438,5 +443,3 @@ class SideEffectCollector(_RetryingCollector):
 
     async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
         await call(spec, ev)
-
-

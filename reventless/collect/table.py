@@ -84,9 +84,7 @@ class ReadModelTable(Generic[R]):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {self.db.q(row.table_name)}")
             conn.execute(tables.read_models.delete().where(tables.read_models.c.name == row.name))
             conn.execute(
-                tables.checkpoints.delete().where(
-                    tables.checkpoints.c.component == self.model.name
-                )
+                tables.checkpoints.delete().where(tables.checkpoints.c.component == self.model.name)
             )
         self._sa_table().create(conn, checkfirst=True)
         conn.execute(
@@ -122,9 +120,9 @@ class ReadModelTable(Generic[R]):
         ups = [self._encode(r) for r in changed.values() if r is not None]
         dels = [(k,) for k, r in changed.items() if r is None]
         if ups:
-            conn.exec_driver_sql(self.upsert_sql, ups)  # type: ignore[arg-type]
+            conn.exec_driver_sql(self.upsert_sql, ups)
         if dels:
-            conn.exec_driver_sql(self.delete_sql, dels)  # type: ignore[arg-type]
+            conn.exec_driver_sql(self.delete_sql, dels)
 
     def key_of(self, row: BaseModel) -> Any:
         """The key of a row, checking it is this model's row type."""

@@ -26,7 +26,9 @@ class EventStore(Protocol):
         """Rows with ``from_offset <= _offset [<= upto]`` in offset order."""
         ...
 
-    async def read_stream(self, topic: str, aggregate_id: str, after_version: int) -> list[StoredRow]:
+    async def read_stream(
+        self, topic: str, aggregate_id: str, after_version: int
+    ) -> list[StoredRow]:
         """One aggregate's rows after ``after_version`` in version order."""
         ...
 

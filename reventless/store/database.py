@@ -223,6 +223,6 @@ _TABLE_SAFE = re.compile(r"[^a-z0-9_]+")
 
 
 def table_name(prefix: str, name: str) -> str:
-    """A portable table name from a topic or read-model name (``cdc.orders`` -> ``ev_cdc_orders``)."""
+    """A portable table name for a topic or read model (``cdc.orders`` -> ``ev_cdc_orders``)."""
     cleaned = _TABLE_SAFE.sub("_", name.lower()).strip("_")
     return f"{prefix}{cleaned}"[:60]

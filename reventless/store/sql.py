@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -117,7 +118,12 @@ class SqlEventStore:
         cols: list[sa.Column[Any]] = []
         for meta_name, kind in zip(META_NAMES, META_SQL_KINDS, strict=True):
             nullable = meta_name not in (
-                "_offset", "_row_idx", "_produced_at", "_type", "_schema_version", "_msg_id"
+                "_offset",
+                "_row_idx",
+                "_produced_at",
+                "_type",
+                "_schema_version",
+                "_msg_id",
             )
             cols.append(
                 sa.Column(
@@ -147,7 +153,9 @@ class SqlEventStore:
         self._topics[topic.name] = _TopicTable(
             topic=topic,
             table=table,
-            insert_sql=f"INSERT INTO {q(table)} ({col_list}) VALUES ({self.db.placeholders(len(names))})",
+            insert_sql=(
+                f"INSERT INTO {q(table)} ({col_list}) VALUES ({self.db.placeholders(len(names))})"
+            ),
             select_sql=f"SELECT {col_list} FROM {q(table)}",
         )
 
@@ -275,7 +283,7 @@ class SqlEventStore:
                 del self._pending[:_MAX_GROUP]
                 reqs = [r for r, _ in batch]
                 try:
-                    outcomes = await self.db.write(lambda conn, reqs=reqs: self._append_group(conn, reqs))
+                    outcomes = await self.db.write(partial(self._append_group, reqs=reqs))
                 except BaseException as exc:
                     for _, fut in batch:
                         if not fut.done():
@@ -300,7 +308,7 @@ class SqlEventStore:
             self._drainer = None
 
     def _append_group(
-        self, conn: Connection, reqs: list[AppendRequest]
+        self, conn: Connection, *, reqs: list[AppendRequest]
     ) -> list[AppendResult | Exception]:
         # The hot path talks to the DBAPI cursor directly: SQLAlchemy's per-statement
         # bookkeeping (and its compiled SAVEPOINT clauses) cost more than the SQL here.
@@ -316,7 +324,9 @@ class SqlEventStore:
         cur.execute("RELEASE SAVEPOINT rv_group")
         return results
 
-    def _careful(self, cur: Any, req: AppendRequest, *, savepoint: bool) -> AppendResult | Exception:
+    def _careful(
+        self, cur: Any, req: AppendRequest, *, savepoint: bool
+    ) -> AppendResult | Exception:
         """One request on its own; a clash undoes only this request."""
         if savepoint:
             cur.execute("SAVEPOINT rv_one")

@@ -77,7 +77,9 @@ class Outcome(Generic[A]):
         if self.rejection is None:
             raise AssertionError(f"expected a rejection, command decided {self.events}")
         if code is not None:
-            assert self.rejection.code == code, f"rejected {self.rejection.code!r}, expected {code!r}"
+            assert self.rejection.code == code, (
+                f"rejected {self.rejection.code!r}, expected {code!r}"
+            )
         return self.rejection
 
 
@@ -152,9 +154,9 @@ class MapperScenario:
 
     def __init__(self, mapper: EventMapper, ev: Envelope[Any]) -> None:
         spec = mapper.handlers.get(type(ev.event))
-        self.sends: list[Send] = [] if spec is None else [
-            s for s in as_ops(spec.fn(ev)) if isinstance(s, Send)
-        ]
+        self.sends: list[Send] = (
+            [] if spec is None else [s for s in as_ops(spec.fn(ev)) if isinstance(s, Send)]
+        )
 
     def then_commands(self, *expected: Send) -> list[Send]:
         """Assert the mapper sent exactly ``expected``."""

@@ -92,7 +92,7 @@ def cdc_table(n: int, start: int = 0) -> pa.Table:
 
 async def sql_rows(app: rv.App, sql: str) -> list[Any]:
     """Run raw SQL against the app's store (the proof of what landed)."""
-    return await app.store.db.read(lambda c: c.exec_driver_sql(sql).all())
+    return await app.store.db.read(lambda c: list(c.exec_driver_sql(sql).all()))
 
 
 async def assert_gapless(app: rv.App, topic: str) -> list[int]:
@@ -135,7 +135,9 @@ class StoreConformance:
 
         assert uuid.UUID(env.msg_id).version == 7
         assert env2.meta.correlation_id == env2.msg_id  # filled in when not given
-        rows = await sql_rows(app, f"SELECT _type, _schema_version, _row_idx FROM {app.store.table_of('Account')}")
+        rows = await sql_rows(
+            app, f"SELECT _type, _schema_version, _row_idx FROM {app.store.table_of('Account')}"
+        )
         assert rows == [("Deposited", 1, 0), ("Deposited", 1, 0)]
 
     async def test_rejection_is_typed_and_lands_nothing(self, app: rv.App) -> None:
@@ -165,7 +167,9 @@ class StoreConformance:
         log.forget()
         assert (await log.load("hot")).balance == 60
         table = app.store.table_of("Account")
-        versions = await sql_rows(app, f"SELECT _version FROM {table} WHERE _aggregate_id = 'hot' ORDER BY _version")
+        versions = await sql_rows(
+            app, f"SELECT _version FROM {table} WHERE _aggregate_id = 'hot' ORDER BY _version"
+        )
         assert [v for (v,) in versions] == list(range(1, 61))
         await assert_gapless(app, "Account")
 
@@ -182,12 +186,16 @@ class StoreConformance:
         async with app:
             for i in range(35):
                 await log.execute("a-1", Deposit(amount=i))
-            snaps = await sql_rows(app, "SELECT version FROM rv_snapshots WHERE aggregate_id = 'a-1'")
+            snaps = await sql_rows(
+                app, "SELECT version FROM rv_snapshots WHERE aggregate_id = 'a-1'"
+            )
             assert snaps == [(30,)]
             loaded = await log.load("a-1")
             assert (loaded.balance, loaded.version) == (sum(range(35)), 35)
             # a snapshot of another state shape is ignored, the fold still works
-            await app.store.db.write(lambda c: c.exec_driver_sql("UPDATE rv_snapshots SET fingerprint = 'old'"))
+            await app.store.db.write(
+                lambda c: c.exec_driver_sql("UPDATE rv_snapshots SET fingerprint = 'old'")
+            )
             assert (await log.load("a-1")).balance == sum(range(35))
 
     async def test_read_pages_arrow_batches_and_parquet(self, app: rv.App, tmp_path: Path) -> None:

@@ -77,7 +77,10 @@ async def test_duplicated_and_reordered_deliveries_leave_the_model_identical(
             table = ReadModelTable(second, reference.store.db)
             await reference.store.db.write(table.create_sync)
             coll = ReadModelCollector(
-                second, table, store=reference.store, broker=reference.broker,
+                second,
+                table,
+                store=reference.store,
+                broker=reference.broker,
                 topics={"Counter": reference.store.topic("Counter")},
                 dispatch={"Counter": {t.event_type: s for t, s in second.handlers.items()}},
             )
@@ -136,7 +139,8 @@ async def test_outbox_delivers_what_was_committed_while_the_broker_failed(store_
 async def test_collector_catches_up_from_store_while_broker_is_down(store_url: str) -> None:
     broker = rv.InMemoryBroker()
     app = rv.App(
-        store=store_url, broker=broker,
+        store=store_url,
+        broker=broker,
         options=rv.AppOptions(collector=rv.CollectorOptions(poll_interval=0.05)),
     )
     log = app.event_log(Counter)
@@ -181,7 +185,9 @@ async def test_side_effect_retries_dead_letters_parks_and_redrives_in_order(
         await app.settle()
         letters = await handle.dead_letters()
         assert [(d.aggregate_id, d.offset, d.attempts) for d in letters] == [
-            ("bad", 2, 3), ("bad", 3, 0), ("bad", 4, 0)
+            ("bad", 2, 3),
+            ("bad", 3, 0),
+            ("bad", 4, 0),
         ]
         assert letters[0].component == "webhook" and "webhook down" in letters[0].error
         assert "parked" in letters[1].error
@@ -254,7 +260,8 @@ def _h(ev, current):
     return rv.Upsert(Total(id=row.id, value=row.value, events=row.events + 1))
 
 async def main():
-    app = rv.App(store=sys.argv[1], options=rv.AppOptions(collector=rv.CollectorOptions(page_size=50)))
+    opts = rv.AppOptions(collector=rv.CollectorOptions(page_size=50))
+    app = rv.App(store=sys.argv[1], options=opts)
     app.event_log(Counter)
     app.collect(slow)
     print("started", flush=True)
@@ -294,7 +301,7 @@ async def test_crash_between_handler_and_checkpoint_replays_without_double_effec
     check.event_log(Counter)
     async with check:
         cp = await check.store.db.read(
-            lambda c: c.exec_driver_sql("SELECT \"offset\" FROM rv_checkpoints").all()
+            lambda c: c.exec_driver_sql('SELECT "offset" FROM rv_checkpoints').all()
         )
         assert cp and 0 < cp[0][0] < 3000, cp  # it really was interrupted part-way
         counted = await check.store.db.read(
