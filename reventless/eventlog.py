@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,6 +30,7 @@ from .codec import TopicSchema
 from .errors import (
     AggregateNotFoundError,
     ConcurrencyError,
+    Rejected,
     StoreError,
     TenantError,
 )
@@ -37,9 +38,6 @@ from .ids import uuid7_str
 from .spec import Aggregate, Command, Envelope, Event, Metadata
 from .store.sql import AppendRequest, AppendResult, SqlEventStore, StoredRow
 from .topic import TopicDef
-
-if TYPE_CHECKING:
-    pass
 
 A = TypeVar("A", bound=Aggregate)
 _EMPTY_META = Metadata()
@@ -445,6 +443,34 @@ class EventLog(Topic, Generic[A]):
                 aggregate_id, agg.version, tuple(events), res.first_offset, res.last_offset
             )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def execute_many(
+        self,
+        commands: Iterable[tuple[str, Command]],
+        *,
+        meta: Metadata | None = None,
+        concurrency: int = 256,
+    ) -> list[ExecuteResult | Rejected]:
+        """Execute a batch of ``(aggregate_id, command)`` pairs; results in input order.
+
+        Commands on one aggregate run in the given order, others concurrently, so their
+        appends share transactions. A rejection is returned as a value in its slot;
+        any other error is raised after the batch has settled.
+        """
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(aggregate_id: str, command: Command) -> ExecuteResult | Rejected:
+            async with gate:
+                try:
+                    return await self.execute(aggregate_id, command, meta=meta)
+                except Rejected as r:
+                    return r
+
+        outcomes = await asyncio.gather(*(one(a, c) for a, c in commands), return_exceptions=True)
+        for o in outcomes:
+            if isinstance(o, BaseException) and not isinstance(o, Rejected):
+                raise o
+        return [o for o in outcomes if not isinstance(o, BaseException) or isinstance(o, Rejected)]
 
     def forget(self, aggregate_ids: Iterable[str] | None = None) -> None:
         """Drop cached aggregate states (all of them by default)."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +29,18 @@ T = TypeVar("T")
 log = logging.getLogger("reventless.store")
 
 _SYNC_MODES = {"OFF", "NORMAL", "FULL", "EXTRA"}
+
+# Writers of one SQLite file in one process take turns here instead of in SQLite's
+# busy handler: several threads spinning on the file lock were seen to starve the
+# lock holder. Other processes are still arbitrated by SQLite (busy_timeout).
+_file_locks: dict[str, threading.Lock] = {}
+_file_locks_guard = threading.Lock()
+
+
+def _file_lock(path: str) -> threading.Lock:
+    key = os.path.realpath(path)
+    with _file_locks_guard:
+        return _file_locks.setdefault(key, threading.Lock())
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +85,9 @@ class Database:
         self._reader_engine: Engine | None = None
         self._writer: ThreadPoolExecutor | None = None
         self._readers: ThreadPoolExecutor | None = None
+        self._write_lock: threading.Lock | None = None
+        if self.is_sqlite and not self.is_memory and self.url.database:
+            self._write_lock = _file_lock(self.url.database)
         self.paramstyle = "qmark"
         self.integrity_errors: tuple[type[Exception], ...] = (sa.exc.IntegrityError,)
         self._quote: Callable[[str], str] = lambda n: n
@@ -177,11 +194,17 @@ class Database:
 
     def write_sync(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one write transaction on the calling thread."""
+        lock = self._write_lock
+        if lock is not None:
+            lock.acquire()
         try:
             with self.writer_engine.begin() as conn:
                 return fn(conn)
         except sa.exc.OperationalError as exc:
             raise StoreError(f"store write failed: {exc.orig}") from exc
+        finally:
+            if lock is not None:
+                lock.release()
 
     def read_sync(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one read transaction (a consistent snapshot) on the calling thread."""

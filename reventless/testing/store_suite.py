@@ -243,6 +243,32 @@ class StoreConformance:
         rows = await sql_rows(app, f"SELECT _tenant FROM {app.store.table_of('cdc.pinned')}")
         assert rows == [("acme",)] * 3
 
+    async def test_execute_many_returns_rejections_as_values(self, app: rv.App) -> None:
+        log = self.accounts(app)
+        out = await log.execute_many(
+            [("a-1", Deposit(amount=5)), ("a-1", Withdraw(amount=9)), ("a-2", Deposit(amount=1))]
+        )
+        assert isinstance(out[1], rv.Rejected) and out[1].code == "insufficient_funds"
+        assert [r.version for r in out if isinstance(r, rv.ExecuteResult)] == [1, 1]
+        assert len(await sql_rows(app, f"SELECT * FROM {app.store.table_of('Account')}")) == 2
+
+    async def test_pinned_event_log_rejects_other_tenants(self, store_url: str) -> None:
+        app = rv.App(store=store_url)
+        log = app.event_log(Account, tenant="acme")
+        async with app:
+            with pytest.raises(TenantError):
+                await log.execute("a-1", Deposit(amount=1), meta=rv.Metadata(tenant="evil"))
+            with pytest.raises(TenantError):
+                await log.append(
+                    "a-1",
+                    [Deposited(amount=1)],
+                    expected_version=0,
+                    meta=rv.Metadata(tenant="evil"),
+                )
+            await log.execute("a-1", Deposit(amount=1))
+            rows = await sql_rows(app, f"SELECT _tenant FROM {app.store.table_of('Account')}")
+            assert rows == [("acme",)]
+
     async def test_unknown_event_type_on_load_fails_loudly(self, app: rv.App) -> None:
         log = self.accounts(app)
         await log.execute("a-1", Deposit(amount=1))

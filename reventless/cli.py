@@ -1,0 +1,206 @@
+"""The ``reventless`` command: inspect a store without the application's code.
+
+Example::
+
+    reventless topics --store sqlite:///shop.db
+    reventless tail Order --store sqlite:///shop.db --limit 5
+    reventless export Order orders.parquet --store sqlite:///shop.db
+    reventless dead-letters --store sqlite:///shop.db
+    reventless redrive order_confirmations --app examples.shop.cli:app
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from sqlalchemy.engine import Connection
+
+from .codec import META_NAMES
+from .collect.deadletter import list_sync
+from .errors import ReventlessError
+from .store.database import Database
+
+
+def _print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[str(h) for h in headers], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    for n, r in enumerate(cells):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+async def _with_db(url: str, fn: Any) -> Any:
+    db = Database(url)
+    await db.open()
+    try:
+        return await db.read(fn)
+    finally:
+        await db.close()
+
+
+def _topics(conn: Connection) -> tuple[list[Any], list[Any]]:
+    topics = conn.exec_driver_sql(
+        "SELECT name, kind, tenant, head, table_name FROM rv_topics ORDER BY name"
+    ).all()
+    heads = {t[0]: t[3] for t in topics}
+    cps = conn.exec_driver_sql(
+        'SELECT component, topic, "offset" FROM rv_checkpoints ORDER BY component, topic'
+    ).all()
+    collectors = [(c, t, o, heads.get(t, 0) - o) for c, t, o in cps]
+    return list(topics), collectors
+
+
+async def cmd_topics(a: argparse.Namespace) -> int:
+    topics, collectors = await _with_db(a.store, _topics)
+    _print_table(["topic", "kind", "tenant", "head", "table"], topics)
+    print()
+    _print_table(["collector", "topic", "checkpoint", "lag"], collectors)
+    return 0
+
+
+def _schema_of(conn: Connection, topic: str) -> tuple[str, pa.Schema]:
+    row = conn.exec_driver_sql(
+        "SELECT table_name, arrow_schema FROM rv_topics WHERE name = ?"
+        if conn.dialect.paramstyle == "qmark"
+        else "SELECT table_name, arrow_schema FROM rv_topics WHERE name = %s",
+        (topic,),
+    ).first()
+    if row is None:
+        raise ReventlessError(f"no topic {topic!r} in this store")
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(row[1])))
+    return str(row[0]), schema
+
+
+async def cmd_tail(a: argparse.Namespace) -> int:
+    def work(conn: Connection) -> list[dict[str, Any]]:
+        table, schema = _schema_of(conn, a.topic)
+        names = schema.names
+        cols = ", ".join(f'"{n}"' for n in names)
+        sql = f'SELECT {cols} FROM "{table}" WHERE _offset >= {int(a.from_offset)} '
+        sql += f"ORDER BY _offset LIMIT {int(a.limit)}"
+        return [dict(zip(names, r, strict=True)) for r in conn.exec_driver_sql(sql).all()]
+
+    for row in await _with_db(a.store, work):
+        meta = {k: v for k, v in row.items() if k in META_NAMES and v is not None}
+        data = {k: v for k, v in row.items() if k not in META_NAMES and v is not None}
+        print(json.dumps({"offset": meta.pop("_offset"), **meta, "data": data}, default=str))
+    return 0
+
+
+async def cmd_export(a: argparse.Namespace) -> int:
+    """Export through the typed Arrow schema stored with the topic."""
+
+    def work(conn: Connection) -> int:
+        table, schema = _schema_of(conn, a.topic)
+        cols = ", ".join(f'"{n}"' for n in schema.names)
+        sql = f'SELECT {cols} FROM "{table}" WHERE _offset >= {int(a.from_offset)} ORDER BY _offset'
+        from .codec import TopicSchema
+
+        ts = TopicSchema.from_arrow(a.topic, _fields_only(schema))
+        count = 0
+        cur = conn.exec_driver_sql(sql)
+        with pq.ParquetWriter(a.path, ts.arrow_schema) as writer:
+            while rows := cur.fetchmany(50_000):
+                batch = ts.to_arrow([tuple(r) for r in rows])
+                writer.write_batch(batch)
+                count += batch.num_rows
+                print(f"  exported {count} rows", file=sys.stderr, flush=True)
+        return count
+
+    n = await _with_db(a.store, work)
+    print(f"wrote {n} rows to {a.path}")
+    return 0
+
+
+def _fields_only(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f for f in schema if f.name not in META_NAMES])
+
+
+async def cmd_dead_letters(a: argparse.Namespace) -> int:
+    db = Database(a.store)
+    await db.open()
+    try:
+        letters = await db.read(lambda c: list_sync(db, c, a.component))
+    finally:
+        await db.close()
+    _print_table(
+        ["id", "component", "topic", "offset", "aggregate", "type", "attempts", "error"],
+        [
+            (
+                d.id,
+                d.component,
+                d.topic,
+                d.offset,
+                d.aggregate_id,
+                d.event_type,
+                d.attempts,
+                d.error[:60],
+            )
+            for d in letters
+        ],
+    )
+    return 0
+
+
+async def cmd_redrive(a: argparse.Namespace) -> int:
+    module_name, _, attr = a.app.partition(":")
+    obj: Any = getattr(importlib.import_module(module_name), attr or "app")
+    app = obj() if callable(obj) and not hasattr(obj, "start") else obj
+    async with app:
+        report = await app.redrive(a.component, a.aggregate)
+    print(f"redriven: {report.redriven}  still parked: {report.still_parked}")
+    return 0 if report.still_parked == 0 else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``reventless`` console script."""
+    p = argparse.ArgumentParser(prog="reventless", description="Inspect reventless stores.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help_)
+        sp.add_argument("--store", default="sqlite:///reventless.db", help="store URL")
+        return sp
+
+    add("topics", "list topics (head offsets) and collectors (checkpoint, lag)")
+    t = add("tail", "print a topic's events as JSON lines")
+    t.add_argument("topic")
+    t.add_argument("--from", dest="from_offset", type=int, default=1)
+    t.add_argument("--limit", type=int, default=20)
+    e = add("export", "export a topic to a Parquet file (typed Arrow schema)")
+    e.add_argument("topic")
+    e.add_argument("path")
+    e.add_argument("--from", dest="from_offset", type=int, default=1)
+    d = add("dead-letters", "list open dead letters")
+    d.add_argument("--component")
+    r = sub.add_parser("redrive", help="retry a component's dead letters (needs the app)")
+    r.add_argument("component")
+    r.add_argument("--app", required=True, help="module:attribute of an App or App factory")
+    r.add_argument("--aggregate", default=None)
+    a = p.parse_args(argv)
+    handlers = {
+        "topics": cmd_topics,
+        "tail": cmd_tail,
+        "export": cmd_export,
+        "dead-letters": cmd_dead_letters,
+        "redrive": cmd_redrive,
+    }
+    try:
+        return asyncio.run(handlers[a.cmd](a))
+    except ReventlessError as exc:
+        print(f"reventless: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Per-event codecs: generated code, since this is the per-event hot path.
+
+Compiles, per event type, ``model -> SQL values`` and ``SQL values -> model`` functions
+(with an unvalidated fast path for plain, hook-free models), and for row-dict topics
+``dict -> SQL values`` and back.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date
+from enum import Enum
+from functools import partial
+from typing import Annotated, Any, NoReturn, Union
+
+from pydantic import BaseModel, TypeAdapter
+from pydantic.fields import FieldInfo
+
+from ..errors import SchemaMismatchError
+from .arrow import _LEAVES, _ColCodec
+from .columns import _HI, _LO, Column, _Conv, _dt_text, _loads, _td_micros, _time_text
+
+_Fn = Callable[..., Any]
+_ERRORS = (KeyError, AttributeError, TypeError, ValueError, OverflowError)
+
+
+def _oor(column: str, v: int) -> NoReturn:
+    raise SchemaMismatchError(f"column {column!r}: integer {v} does not fit in int64")
+
+
+def _fail(what: str, exc: BaseException) -> NoReturn:
+    raise SchemaMismatchError(f"{what}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    col: int  # column index
+    attr: str  # model field name
+    key: str  # model_validate input key
+    tag: str
+    nullable: bool  # the annotation admits None
+    optional: bool  # the field has a default
+    plain: bool  # exactly str/int/float/bool, unconstrained: safe to set unvalidated
+    dump: _Conv | None  # JSON text of a json-tagged value
+
+
+_ENC_CONV: dict[str, _Conv] = {"uuid": str, "dt": _dt_text, "date": date.isoformat}
+_ENC_CONV |= {"enum": lambda v: v.value if isinstance(v, Enum) else v, "dec": str}
+_ENC_CONV |= {"time": _time_text, "td": _td_micros}
+_DEC_CONV: dict[str, _Conv | None] = {"bytes": _LEAVES["bin"].dec, "td": _LEAVES["dur"].dec}
+_DEC_CONV |= {"json": _loads}
+
+
+def _compile(lines: list[str], ns: dict[str, Any], arg: str, what: str) -> _Fn:
+    body = "".join(f"        {line}\n" for line in lines)
+    src = f"def fn({arg}):\n    try:\n{body}    except _ERRORS as exc:\n        _fail(_what, exc)\n"
+    ns |= {"_fail": _fail, "_what": what, "_ERRORS": _ERRORS, "_LO": _LO, "_HI": _HI, "_oor": _oor}
+    exec(src, ns)  # names reach the source only as repr() literals, values only through ns
+    fn: _Fn = ns["fn"]
+    return fn
+
+
+def _bind(ns: dict[str, Any], i: int, conv: _Conv | None) -> str | None:
+    if conv is not None:
+        ns[f"c{i}"] = conv
+    return None if conv is None else f"c{i}"
+
+
+def _guard(var: str, conv: str | None) -> str:
+    return var if conv is None else f"(None if {var} is None else {conv}({var}))"
+
+
+def _enc_item(i: int, src: str, conv: str | None, check_int: bool, col: str) -> str:
+    v = f"v{i}"
+    if check_int:
+        return f"({v} if ({v} := {src}) is None or _LO <= {v} <= _HI else _oor({col!r}, {v}))"
+    return src if conv is None else f"(None if ({v} := {src}) is None else {conv}({v}))"
+
+
+def _tuple(items: list[str]) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _unpack(n: int) -> str:
+    return "[" + ", ".join(f"v{i}" for i in range(n)) + "] = values"
+
+
+def _model_encoder(what: str, names: Sequence[str], slots: list[_Slot]) -> _Fn:
+    ns: dict[str, Any] = {}
+    items = ["None"] * len(names)
+    for s in slots:
+        conv = _bind(ns, s.col, s.dump if s.tag == "json" else _ENC_CONV.get(s.tag))
+        items[s.col] = _enc_item(s.col, f"d[{s.attr!r}]", conv, s.tag == "int", names[s.col])
+    return _compile(["d = obj.__dict__", f"return {_tuple(items)}"], ns, "obj", what)
+
+
+def _trusted(model: type[BaseModel], slots: list[_Slot]) -> bool:
+    d = model.__pydantic_decorators__
+    hooks = d.validators or d.field_validators or d.root_validators or d.model_validators
+    return bool(
+        slots
+        and all(s.plain for s in slots)
+        and not hooks
+        and not model.__private_attributes__
+        and model.__pydantic_post_init__ is None
+        and not getattr(model, "__pydantic_root_model__", False)
+        and model.model_config.get("extra") != "allow"
+    )
+
+
+def _model_decoder(what: str, model: type[BaseModel], n: int, slots: list[_Slot]) -> _Fn:
+    ns: dict[str, Any] = {"_validate": model.model_validate}
+    items, lines = [], []
+    for s in slots:
+        value = _guard(f"v{s.col}", _bind(ns, s.col, _DEC_CONV.get(s.tag)))
+        if s.optional and not s.nullable:  # NULL: not stored (older event), let the default apply
+            lines.append(f"if v{s.col} is not None: kw[{s.key!r}] = {value}")
+        else:
+            items.append(f"{s.key!r}: {value}")
+    # strict=False: stored text and ints must parse even for strict models
+    lines = [_unpack(n), "kw = {" + ", ".join(items) + "}", *lines]
+    slow = _compile([*lines, "return _validate(kw, strict=False)"], ns, "values", what)
+    if not _trusted(model, slots):
+        return slow
+    ns = {"_new": object.__new__, "_set": object.__setattr__, "_cls": model, "_slow": slow}
+    ns["_names"] = frozenset(model.model_fields)
+    fast = {"bool": "(True if {v} else False)", "float": "float({v})"}  # SQLite: bools as 0/1
+    attrs = [
+        f"{s.attr!r}: "
+        + (f"(None if {v} is None else {fast[s.tag].format(v=v)})" if s.tag in fast else v)
+        for s in slots
+        for v in [f"v{s.col}"]
+    ]
+    nulls = " or ".join(f"v{s.col} is None" for s in slots if not s.nullable) or "False"
+    lines = [_unpack(n), f"if {nulls}: return _slow(values)", "o = _new(_cls)"]
+    lines += ["_set(o, '__dict__', {" + ", ".join(attrs) + "})"]
+    lines += ["_set(o, '__pydantic_fields_set__', set(_names))"]
+    lines += ["_set(o, '__pydantic_extra__', None)", "_set(o, '__pydantic_private__', None)"]
+    return _compile([*lines, "return o"], ns, "values", what)
+
+
+def _row_codecs(
+    what: str, columns: Sequence[Column], codecs: Sequence[_ColCodec]
+) -> tuple[_Fn, _Fn]:
+    names = [c.name for c in columns]
+
+    def unknown(d: Mapping[str, Any]) -> NoReturn:
+        raise SchemaMismatchError(f"{what}: unknown column(s) {sorted(set(d) - set(names))}")
+
+    def missing(row: tuple[Any, ...]) -> NoReturn:
+        bad = [c.name for c, v in zip(columns, row, strict=True) if v is None and not c.nullable]
+        raise SchemaMismatchError(f"{what}: NOT NULL column(s) {bad} missing or None")
+
+    ns: dict[str, Any] = {"_known": frozenset(names), "_unknown": unknown, "_missing": missing}
+    pairs = list(enumerate(zip(columns, codecs, strict=True)))
+    items = [
+        _enc_item(
+            i,
+            f"d.get({c.name!r})",
+            _bind(ns, i, cc.enc),
+            c.sql_kind == "int" and not cc.enc,
+            c.name,
+        )
+        for i, (c, cc) in pairs
+    ]
+    nulls = " or ".join(f"row[{i}] is None" for i, c in enumerate(columns) if not c.nullable)
+    lines = ["if not _known.issuperset(d): _unknown(d)", f"row = {_tuple(items)}"]
+    lines += [f"if {nulls or 'False'}: _missing(row)", "return row"]
+    encode = _compile(lines, ns, "d", what)
+    ns = {}
+    fields = [f"{c.name!r}: {_guard(f'v{i}', _bind(ns, i, cc.dec))}" for i, (c, cc) in pairs]
+    lines = [_unpack(len(columns)), "return {" + ", ".join(fields) + "}"]
+    return encode, _compile(lines, ns, "values", what)
+
+
+def _plain(info: FieldInfo) -> bool:
+    ann = info.annotation
+    if typing.get_origin(ann) in (Union, types.UnionType):
+        rest = [a for a in typing.get_args(ann) if a is not type(None)]
+        ann = rest[0] if len(rest) == 1 else None
+    return not info.metadata and ann in (str, int, float, bool)
+
+
+def _slot(model: type[BaseModel], col: int, name: str, info: FieldInfo, tag: str, n: bool) -> _Slot:
+    va = info.validation_alias
+    key = va if isinstance(va, str) and model.model_config.get("validate_by_alias", True) else name
+    dump = None
+    if tag == "json":
+        ann: Any = info.annotation
+        if info.metadata:  # keep Annotated serialisers for the JSON dump
+            ann = typing.cast(Any, Annotated)[(ann, *info.metadata)]
+        adapter: TypeAdapter[Any] = TypeAdapter(ann)
+        dump = partial(_dump_json, adapter)
+    return _Slot(col, name, key, tag, n, not info.is_required(), _plain(info), dump)
+
+
+def _dump_json(adapter: TypeAdapter[Any], value: Any) -> str:
+    return adapter.dump_json(value, by_alias=True).decode()
+
+
+_Plan = tuple[str, type[BaseModel], list[_Slot]]

@@ -1,0 +1,224 @@
+"""``TopicSchema``: a topic's columns and Arrow schema, built from models or Arrow.
+
+Plans the columns of an event union (one column per field name, types must agree), then
+wires the column codecs (``arrow``) and generated per-event codecs (``codegen``) together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import types
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import pyarrow as pa
+from pydantic import BaseModel
+
+from ..errors import SchemaMismatchError, SpecError, UnknownEventTypeError
+from ..spec import Event, check_field_names, union_members
+from .arrow import _ARROW_ERRORS, _arrow_kind, _cast_safely, _col_codec, _enc, _is_str, _type_text
+from .codegen import _Fn, _model_decoder, _model_encoder, _Plan, _row_codecs, _slot
+from .columns import _ENC, META_FIELDS, META_SQL_KINDS, Column, _dumps
+from .typemap import _complete, _map_ann
+
+
+def _plan(
+    topic: str, models: Sequence[tuple[str, type[BaseModel]]], union: bool
+) -> tuple[list[Column], list[_Plan]]:
+    columns: dict[str, Column] = {}
+    owner: dict[str, str] = {}
+    found = []
+    for etype, model in models:
+        _complete(model)
+        aliases = [a for i in model.model_fields.values() for a in (i.alias, i.serialization_alias)]
+        check_field_names(model.__name__, [*model.model_fields, *filter(None, aliases)])
+        fields = []
+        for fname, info in model.model_fields.items():
+            where = f"{model.__name__}.{fname}"
+            t, n, md, tag = _map_ann(info.annotation, info.metadata, where, None, ())
+            col = Column(
+                fname, t, _arrow_kind(t, md[_ENC].encode() if md else None, where), union or n
+            )
+            prev = columns.setdefault(fname, col)
+            owner.setdefault(fname, model.__name__)
+            if (_type_text(prev.arrow_type), prev.sql_kind) != (_type_text(t), col.sql_kind):
+                raise SpecError(
+                    f"topic {topic!r}: field {fname!r} is {prev.arrow_type} ({prev.sql_kind}) "
+                    f"in {owner[fname]} but {t} ({col.sql_kind}) in {model.__name__}"
+                )
+            fields.append((fname, info, tag, n))
+        found.append((etype, model, fields))
+    index = {name: i for i, name in enumerate(columns)}
+    plans = [
+        (etype, model, [_slot(model, index[f], f, info, tag, n) for f, info, tag, n in fields])
+        for etype, model, fields in found
+    ]
+    return list(columns.values()), plans
+
+
+class TopicSchema:
+    """A topic's typed schema (SQL columns and Arrow schema) with precompiled codecs.
+
+    Build it with ``from_events`` (an aggregate's event union), ``from_model`` (one model)
+    or ``from_arrow`` (a schema-only topic whose events are plain row dicts).
+
+    Example::
+
+        topic = TopicSchema.from_arrow("cdc", pa.schema([pa.field("op", pa.string(), False)]))
+        fields = topic.encoder("")({"op": "c"})  # SQL values of the field columns
+    """
+
+    name: str
+    columns: tuple[Column, ...]
+    event_types: Mapping[str, type[BaseModel]]
+
+    def __init__(self, name: str, columns: Sequence[Column], plans: Sequence[_Plan] | None) -> None:
+        """Prefer the ``from_*`` constructors; ``plans=None`` makes a row-dict topic."""
+        if not isinstance(name, str) or not name:
+            raise SpecError("a topic needs a non-empty name")
+        names = [c.name for c in columns]
+        if len(set(names)) != len(names):
+            raise SpecError(f"topic {name!r}: duplicate column names in {names}")
+        self.name, self.columns, what = name, tuple(columns), f"topic {name!r}"
+        fields = [
+            pa.field(
+                c.name,
+                c.arrow_type,
+                c.nullable,
+                {_ENC: "json"} if c.sql_kind == "json" and _is_str(c.arrow_type) else None,
+            )
+            for c in self.columns
+        ]
+        self._schema = pa.schema([*META_FIELDS, *fields])
+        kinds = (*META_SQL_KINDS, *(c.sql_kind for c in self.columns))
+        self._codecs = tuple(
+            _col_codec(f.type, k) for f, k in zip(self._schema, kinds, strict=True)
+        )
+        canonical = [
+            [c.name, _type_text(c.arrow_type), c.sql_kind, c.nullable] for c in self.columns
+        ]
+        self._fingerprint = hashlib.sha256(
+            _dumps(["codec/1", name, canonical]).encode()
+        ).hexdigest()
+        self._models = {
+            etype: (
+                _model_encoder(f"{what} {etype}", names, slots),
+                _model_decoder(f"{what} {etype}", model, len(names), slots),
+            )
+            for etype, model, slots in plans or ()
+        }
+        fc = self._codecs[len(META_FIELDS) :]
+        self._rows = _row_codecs(what, self.columns, fc) if plans is None else None
+        self.event_types = types.MappingProxyType({t: m for t, m, _ in plans or ()})
+
+    @classmethod
+    def from_events(cls, name: str, events: Sequence[type[Event]]) -> TopicSchema:
+        """Topic of an event union: one column per field name, all nullable.
+
+        Events are ordered by ``event_type``, fields by declaration; a field name shared by
+        several events shares one column if the types agree, else ``SpecError``.
+        """
+        members = sorted(
+            union_members(tuple(events), f"topic {name!r}"), key=lambda e: e.event_type
+        )
+        return cls(name, *_plan(name, [(e.event_type, e) for e in members], union=True))
+
+    @classmethod
+    def from_model(cls, name: str, model: type[BaseModel]) -> TopicSchema:
+        """Topic of one model (event type ``model.__name__``), nullability as annotated."""
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise SpecError(f"topic {name!r}: {model!r} is not a pydantic model")
+        return cls(name, *_plan(name, [(model.__name__, model)], union=False))
+
+    @classmethod
+    def from_arrow(cls, name: str, schema: pa.Schema) -> TopicSchema:
+        """Schema-only topic: columns, types and nullability from ``schema``; rows are dicts."""
+        check_field_names(f"topic {name!r}", schema.names)
+        kind = partial(_arrow_kind, where=f"topic {name!r}")
+        return cls(
+            name, [Column(f.name, f.type, kind(f.type, _enc(f)), f.nullable) for f in schema], None
+        )
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """``META_FIELDS`` followed by the field columns (deterministic, no unions)."""
+        return self._schema
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 hex of a canonical text of the name and columns, stable across runs."""
+        return self._fingerprint
+
+    def _model(self, event_type: str) -> tuple[_Fn, _Fn]:
+        pair = self._models.get(event_type)
+        if pair is None:
+            raise UnknownEventTypeError(f"topic {self.name!r} has no event type {event_type!r}")
+        return pair
+
+    def encoder(self, event_type: str) -> Callable[[Any], tuple[Any, ...]]:
+        """Precompiled ``event -> SQL values of all field columns`` (None where not a field).
+
+        For row-dict topics ``event_type`` is ignored and the function takes a dict.
+        """
+        return self._rows[0] if self._rows is not None else self._model(event_type)[0]
+
+    def decode(self, event_type: str, values: Sequence[Any]) -> Any:
+        """SQL values of the field columns -> model instance (row-dict topics: a dict)."""
+        return (self._rows[1] if self._rows is not None else self._model(event_type)[1])(values)
+
+    def to_arrow(self, rows: Sequence[Sequence[Any]]) -> pa.RecordBatch:
+        """Full SQL rows (META values, ``_produced_at`` in epoch micros, then fields) -> batch."""
+        what, width = f"topic {self.name!r}", len(self._codecs)
+        try:
+            cols = list(zip(*rows, strict=True)) if rows else [()] * width
+        except ValueError as exc:
+            raise SchemaMismatchError(f"{what}: rows differ in length") from exc
+        if len(cols) != width:
+            raise SchemaMismatchError(f"{what}: rows have {len(cols)} values, expected {width}")
+        arrays = []
+        for f, codec, values in zip(self._schema, self._codecs, cols, strict=True):
+            try:
+                arrays.append(codec.to_arrow(values))
+            except _ARROW_ERRORS as exc:
+                raise SchemaMismatchError(f"{what}: column {f.name!r}: {exc}") from exc
+            if not f.nullable and arrays[-1].null_count:
+                raise SchemaMismatchError(f"{what}: NOT NULL column {f.name!r} has nulls")
+        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+    def from_arrow_rows(
+        self, data: pa.RecordBatch | pa.Table, *, with_meta: bool
+    ) -> list[tuple[Any, ...]]:
+        """Inverse of ``to_arrow``: SQL tuples (full rows, or field values only).
+
+        Missing nullable columns become None; a missing NOT NULL column, an unknown column,
+        a type that does not cast safely (within its family: no text to numbers) or a null
+        in a NOT NULL column raise ``SchemaMismatchError`` naming the column.
+        """
+        skip = 0 if with_meta else len(META_FIELDS)
+        fields, codecs, what = (
+            list(self._schema)[skip:],
+            self._codecs[skip:],
+            f"topic {self.name!r}",
+        )
+        present = list(data.schema.names)
+        extra = [n for n in present if present.count(n) > 1 or n not in {f.name for f in fields}]
+        if extra:
+            raise SchemaMismatchError(f"{what}: unknown or repeated column(s) {extra}")
+        cols: list[list[Any]] = []
+        for f, codec in zip(fields, codecs, strict=True):
+            where = f"{what}: column {f.name!r}"
+            if f.name not in present and not f.nullable:
+                raise SchemaMismatchError(f"{where} is NOT NULL but missing")
+            if f.name not in present:
+                cols.append([None] * data.num_rows)
+                continue
+            arr = data.column(f.name)
+            arr = arr if arr.type.equals(f.type) else _cast_safely(arr, f.type, where)
+            if not f.nullable and arr.null_count:
+                raise SchemaMismatchError(f"{where} is NOT NULL but holds {arr.null_count} null(s)")
+            try:
+                cols.append(codec.from_arrow(arr))
+            except _ARROW_ERRORS as exc:
+                raise SchemaMismatchError(f"{where}: {exc}") from exc
+        return list(zip(*cols, strict=True)) if cols else [()] * data.num_rows
