@@ -6,6 +6,7 @@ import os
 import platform
 import sqlite3
 import statistics
+import subprocess
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -29,6 +30,23 @@ class Stat:
         if not values:
             return None
         return cls(statistics.median(values), min(values), max(values))
+
+
+def revision() -> str:
+    """The measured reventless revision (git), flagged when reventless/ has local changes."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--", "reventless")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" + uncommitted changes in reventless/" if dirty else "")
 
 
 def machine() -> dict[str, str]:
@@ -61,7 +79,7 @@ def machine() -> dict[str, str]:
         "OS": f"{platform.system()} {platform.release()} ({platform.machine()})",
         "Python": platform.python_version(),
         "SQLite library": sqlite3.sqlite_version,
-        "reventless": version("reventless"),
+        "reventless": f"{version('reventless')} (git {revision()})",
         "eventsourcing": version("eventsourcing"),
         "SQLAlchemy": version("SQLAlchemy"),
         "pydantic": version("pydantic"),
@@ -225,9 +243,10 @@ def markdown(
     durability: dict[str, tuple[str, str]],
     runner_probe: str,
     previous: str | None,
+    machine_info: dict[str, str],
 ) -> str:
     sync_names = {"0": "OFF", "1": "NORMAL", "2": "FULL", "3": "EXTRA"}
-    m = machine()
+    m = machine_info
     parts = [
         "# Benchmarks",
         "",
@@ -240,7 +259,7 @@ def markdown(
         "each on a fresh database file; cells show the **median (min-max)** over the "
         "repetitions. Ratios compare medians; > 1 means reventless is faster.",
         "",
-        "Reproduce one row: `.venv/bin/pip install -e '.[bench]'` then "
+        "Reproduce one row, from the repository root: `.venv/bin/pip install -e '.[bench]'` then "
         "`.venv/bin/python -m bench --only <key>` (keys below).",
         "",
         "## Machine",
@@ -294,8 +313,11 @@ def markdown(
         "## What each row times",
         "",
         "Only the code shown is inside the timed region; schema creation, preloading and "
-        "one warm-up operation are outside it, and a sanity check after it verifies "
-        "counts/values. reventless runs with `AppOptions(log=LogOptions(snapshot_every=0))` "
+        "(where shown in the code) one warm-up operation are outside it, and a sanity check "
+        "after it verifies counts/values. Database files are deleted only at the end of the "
+        "run (deleting them between measurements made the filesystem discard blocks while "
+        "the next contender was being timed). reventless runs with "
+        "`AppOptions(log=LogOptions(snapshot_every=0))` "
         "(except row `load_snap`), the in-memory broker, and no collectors except in "
         '`catchup`. The raw table is `events("offset" INTEGER PRIMARY KEY, aggregate_id, '
         "version, type, data, UNIQUE(aggregate_id, version))` with a JSON payload.",
@@ -318,11 +340,13 @@ def markdown(
         "## Notes",
         "",
         "- Per-transaction rows (`seq_append`, `batch10`) are bounded by one fsync per "
-        "transaction: the raw column is the floor for any library at this durability.",
+        "transaction: the raw column is the ceiling for any library at this durability.",
         "- `conc_append` is reventless's group commit: concurrent `execute` calls that queue while "
         "a commit runs share the next transaction. eventsourcing's `Application.save` is "
         "synchronous and commits each call on its own, so its baseline is its sequential "
         "number; the raw baseline is likewise one row per commit.",
+        "- eventsourcing's per-command loop keeps its aggregate in memory (no "
+        "`repository.get` per command), like reventless's aggregate cache does for `execute`.",
         "- Bulk rows time persisting prebuilt events: reventless encodes them to rows "
         "(ids, metadata, offsets) inside the timed region; raw inserts prebuilt tuples. "
         "eventsourcing's path is `Application.save(*aggregates)` (one transaction, its "
@@ -334,7 +358,8 @@ def markdown(
         "and inserts the tracking record in one transaction) by pulling notifications "
         "from the application recorder in order, which is what the runner's subscription "
         "loop does. It commits once per event, so it runs on fewer events (see the `catchup` "
-        "sizes); the rate is per event either way. reventless commits rows and checkpoint "
+        "sizes; its counts include one `Created` event per aggregate); the rate is per "
+        "event either way. reventless commits rows and checkpoint "
         "once per page (`CollectorOptions.page_size`, 2000); raw does the same per 2000.",
         "",
     ]

@@ -41,7 +41,7 @@ perf = time.perf_counter
 
 @dataclass(frozen=True)
 class Sizes:
-    seq_commands: int = 2000
+    seq_commands: int = 3000
     conc_workers: int = 64
     conc_per_worker: int = 100
     batch_tx: int = 500
@@ -51,7 +51,7 @@ class Sizes:
     load_events: int = 1000
     load_repeats: int = 30
     catchup_aggs: int = 500
-    catchup_aggs_es: int = 100
+    catchup_aggs_es: int = 200
     catchup_per_agg: int = 100
 
     @classmethod
@@ -620,8 +620,8 @@ def build(s: Sizes) -> list[Workload]:
                 "await log.execute('seq-0', Increment(by=1))",
                 "eventsourcing": f"for _ in range({s.seq_commands}): "
                 "c.increment(by=1); app.save(c)",
-                "raw": f"for v in ...({s.seq_commands}): BEGIN; "
-                "INSERT INTO events ... (1 row); COMMIT",
+                "raw": f"for v in range(1, {s.seq_commands + 1}): BEGIN; "
+                "INSERT INTO events VALUES (...)  -- 1 row; COMMIT",
             },
         ),
         Workload(
@@ -741,7 +741,7 @@ def build(s: Sizes) -> list[Workload]:
                 "mapper.to_domain_event(n), Tracking(...)) for each notification "
                 "(pages of 500): one transaction per event",
                 "raw": f"{cu_rv:,} events preloaded; per page of 2000: SELECT page; BEGIN "
-                "IMMEDIATE; fetch rows; upsert rows + checkpoint; COMMIT",
+                "IMMEDIATE; SELECT the page's current totals; upsert totals + checkpoint; COMMIT",
             },
             sizes={
                 "reventless": f"{cu_rv:,} events",

@@ -24,6 +24,7 @@ from .topic import TopicDef
 log = logging.getLogger("reventless.relay")
 
 _PAGE = 1000
+_MAX_BUFFER = 50_000
 
 
 def encode_batch(batch: pa.RecordBatch) -> bytes:
@@ -107,7 +108,9 @@ class Relay:
         """Called by the store after each group commit with what landed."""
         for res in results:
             if res.topic in self.topics and res.rows:
-                self._buffer.setdefault(res.topic, []).extend(res.rows)
+                buf = self._buffer.setdefault(res.topic, [])
+                if len(buf) < _MAX_BUFFER:  # beyond that (broker down), re-read the store
+                    buf.extend(res.rows)
         self._wake.set()
 
     async def _run(self) -> None:
