@@ -28,6 +28,7 @@ from .codec import META_NAMES
 from .collect.deadletter import list_sync
 from .errors import ReventlessError
 from .store.database import Database
+from .store.sql import heads_sync
 
 
 def _print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -48,11 +49,18 @@ async def _with_db(url: str, fn: Any) -> Any:
         await db.close()
 
 
+def _db_of(conn: Connection) -> Database:
+    db = Database(conn.engine.url.render_as_string(hide_password=False))
+    db.open_dialect(conn.dialect)
+    return db
+
+
 def _topics(conn: Connection) -> tuple[list[Any], list[Any]]:
-    topics = conn.exec_driver_sql(
-        "SELECT name, kind, tenant, head, table_name FROM rv_topics ORDER BY name"
+    rows = conn.exec_driver_sql(
+        "SELECT name, kind, tenant, table_name FROM rv_topics ORDER BY name"
     ).all()
-    heads = {t[0]: t[3] for t in topics}
+    heads = heads_sync(_db_of(conn), conn)
+    topics = [(n, k, t, heads.get(n, 0), tb) for n, k, t, tb in rows]
     cps = conn.exec_driver_sql(
         'SELECT component, topic, "offset" FROM rv_checkpoints ORDER BY component, topic'
     ).all()

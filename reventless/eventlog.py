@@ -34,7 +34,7 @@ from .errors import (
     StoreError,
     TenantError,
 )
-from .ids import uuid7_str
+from .ids import uuid7_strs
 from .spec import Aggregate, Command, Envelope, Event, Metadata
 from .store.sql import AppendRequest, AppendResult, SqlEventStore, StoredRow
 from .topic import TopicDef
@@ -204,6 +204,7 @@ class Topic:
         key = self.definition.key
         key_idx = [c.name for c in self.schema.columns].index(key) if key else None
         produced = _now_us()
+        ids = uuid7_strs(len(fields))
         rows = [
             (
                 i,
@@ -212,7 +213,7 @@ class Topic:
                 None,
                 type_name,
                 1,
-                uuid7_str(),
+                ids[i],
                 meta.correlation_id,
                 meta.causation_id,
                 meta.user,
@@ -317,10 +318,11 @@ class EventLog(Topic, Generic[A]):
         correlation = meta.correlation_id or command_id
         causation = meta.causation_id or command_id
         rows = []
+        ids = uuid7_strs(len(events))
+        if correlation is None:
+            correlation = ids[0]
         for i, e in enumerate(events):
-            msg_id = uuid7_str()
-            if correlation is None:
-                correlation = msg_id
+            msg_id = ids[i]
             rows.append(
                 (
                     i,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Mapping
 
 import pyarrow as pa
@@ -18,7 +19,7 @@ from sqlalchemy.engine import Connection
 
 from .broker import Broker, Message
 from .errors import ReventlessError
-from .store.sql import AppendResult, SqlEventStore, StoredRow
+from .store.sql import AppendResult, SqlEventStore, StoredRow, heads_sync
 from .topic import TopicDef
 
 log = logging.getLogger("reventless.relay")
@@ -63,13 +64,16 @@ class Relay:
         *,
         retry_interval: float = 0.5,
         persist_interval: float = 1.0,
+        linger: float = 0.002,
     ) -> None:
         self.store, self.broker, self.topics = store, broker, dict(topics)
         self.retry_interval = retry_interval
         self.persist_interval = persist_interval
+        self.linger = linger
         self.published: dict[str, int] = {}
         self._persisted: dict[str, int] = {}
-        self._buffer: dict[str, list[StoredRow]] = {}
+        self._buffer: dict[str, deque[StoredRow]] = {n: deque() for n in self.topics}
+        self._known: dict[str, int] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -85,12 +89,10 @@ class Relay:
                 for t, o in conn.exec_driver_sql('SELECT topic, "offset" FROM rv_relay').all()
             }
             mark = self.store.db.mark
+            heads = heads_sync(self.store.db, conn)
             for n in names:
                 if n not in got:
-                    head = conn.exec_driver_sql(
-                        f"SELECT head FROM rv_topics WHERE name = {mark}", (n,)
-                    ).scalar_one()
-                    got[n] = int(head)
+                    got[n] = heads.get(n, 0)
                     conn.exec_driver_sql(
                         f'INSERT INTO rv_relay (topic, "offset") VALUES ({mark}, {mark})',
                         (n, got[n]),
@@ -99,26 +101,37 @@ class Relay:
 
         positions = await self.store.db.write(work)
         self.published = {n: positions[n] for n in names}
+        heads = await self.store.heads()
+        self._known = {n: heads.get(n, 0) for n in names}
         self._persisted = dict(self.published)
         self.store.commit_listeners.append(self.on_commit)
         self._task = asyncio.get_running_loop().create_task(self._run())
         self._wake.set()
 
     def on_commit(self, results: list[AppendResult]) -> None:
-        """Called by the store after each group commit with what landed."""
+        """Called by the store after each group commit with what landed (in offset order)."""
         for res in results:
             if res.topic in self.topics and res.rows:
-                buf = self._buffer.setdefault(res.topic, [])
+                buf = self._buffer[res.topic]
                 if len(buf) < _MAX_BUFFER:  # beyond that (broker down), re-read the store
                     buf.extend(res.rows)
+                self._known[res.topic] = max(self._known[res.topic], res.last_offset)
         self._wake.set()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         last_persist = loop.time()
         while not self._closing:
-            with contextlib.suppress(TimeoutError):
+            try:
                 await asyncio.wait_for(self._wake.wait(), self.persist_interval)
+            except TimeoutError:
+                # Quiet: look for commits made by other processes sharing the store.
+                with contextlib.suppress(ReventlessError):
+                    for name, head in (await self.store.heads()).items():
+                        if name in self._known:
+                            self._known[name] = max(self._known[name], head)
+            if self.linger:
+                await asyncio.sleep(self.linger)  # let a few commits share one message
             self._wake.clear()
             ok = await self.publish_pending()
             if loop.time() - last_persist >= self.persist_interval:
@@ -140,23 +153,18 @@ class Relay:
         return True
 
     async def _publish_topic(self, name: str, topic: TopicDef) -> None:
-        while True:
+        buf = self._buffer[name]
+        while self.published[name] < self._known[name]:
             done = self.published[name]
-            buf = self._buffer.get(name)
-            if buf:
-                # Keep only what is still unpublished; use it if it starts right after `done`.
-                buf = [r for r in buf if r[0] > done]
-                buf.sort(key=lambda r: r[0])
-                self._buffer[name] = buf
-            rows: list[StoredRow]
+            while buf and buf[0][0] <= done:
+                buf.popleft()
+            rows: list[StoredRow] = []
             if buf and buf[0][0] == done + 1:
-                rows = []
-                for r in buf:
-                    if r[0] != done + 1 + len(rows) or len(rows) >= _PAGE:
-                        break
-                    rows.append(r)
-            else:
-                rows = await self.store.read(name, done + 1, _PAGE)
+                while buf and len(rows) < _PAGE and buf[0][0] == done + 1 + len(rows):
+                    rows.append(buf.popleft())
+            else:  # a gap (another process's rows, or the buffer overflowed): use the store
+                upto = buf[0][0] - 1 if buf else None
+                rows = await self.store.read(name, done + 1, _PAGE, upto=upto)
             if not rows:
                 return
             await self.broker.publish([message_for(topic, rows)])

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import re
+import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,9 @@ class StoreOptions:
 
     ``synchronous`` is SQLite's durability (``FULL`` by default: every commit is
     fsynced, the same durability the ``eventsourcing`` library uses).
+    ``inline_writes``: on a SQLite file, an append that has no company runs on the
+    event loop's thread instead of hopping to the writer thread (lower latency; the
+    loop is blocked for that one commit).
 
     Example::
 
@@ -58,6 +62,7 @@ class StoreOptions:
     synchronous: str = "FULL"
     busy_timeout_ms: int = 60_000
     read_threads: int = 2
+    inline_writes: bool = True
 
 
 class Database:
@@ -86,6 +91,8 @@ class Database:
         self._writer: ThreadPoolExecutor | None = None
         self._readers: ThreadPoolExecutor | None = None
         self._write_lock: threading.Lock | None = None
+        self._wconn: Connection | None = None
+        self._begin_sql = "BEGIN" if self.is_memory else "BEGIN IMMEDIATE"
         if self.is_sqlite and not self.is_memory and self.url.database:
             self._write_lock = _file_lock(self.url.database)
         self.paramstyle = "qmark"
@@ -138,17 +145,19 @@ class Database:
         else:
             self._writer_engine = self._make_engine(None)
             self._reader_engine = self._writer_engine
-        dialect = self._writer_engine.dialect
-        self.paramstyle = "qmark" if dialect.paramstyle == "qmark" else "format"
-        self.integrity_errors = (sa.exc.IntegrityError, dialect.loaded_dbapi.IntegrityError)
-        preparer = dialect.identifier_preparer
-        self._quote = preparer.quote
+        self.open_dialect(self._writer_engine.dialect)
         try:
             with self._writer_engine.connect() as conn:
                 conn.exec_driver_sql("SELECT 1")
         except Exception as exc:
             self._dispose()
             raise StoreError(f"cannot open store {self.url.render_as_string()}: {exc}") from exc
+
+    def open_dialect(self, dialect: sa.Dialect) -> None:
+        """Adopt the SQL text conventions (quoting, parameter marks) of ``dialect``."""
+        self.paramstyle = "qmark" if dialect.paramstyle == "qmark" else "format"
+        self.integrity_errors = (sa.exc.IntegrityError, dialect.loaded_dbapi.IntegrityError)
+        self._quote = dialect.identifier_preparer.quote
 
     async def open(self) -> None:
         """Open engines and worker threads (idempotent)."""
@@ -164,6 +173,9 @@ class Database:
         await loop.run_in_executor(self._writer, self.open_sync)
 
     def _dispose(self) -> None:
+        if self._wconn is not None:
+            self._wconn.close()
+            self._wconn = None
         for engine in {id(e): e for e in (self._writer_engine, self._reader_engine) if e}.values():
             engine.dispose()
         self._writer_engine = self._reader_engine = None
@@ -192,19 +204,74 @@ class Database:
             raise StoreError("store is not open")
         return self._reader_engine
 
+    def _writer_conn(self) -> Connection:
+        # The writer thread keeps one connection: no pool checkout/reset per transaction.
+        conn = self._wconn
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._wconn = self.writer_engine.connect()
+        return conn
+
     def write_sync(self, fn: Callable[[Connection], T]) -> T:
-        """Run ``fn`` in one write transaction on the calling thread."""
+        """Run ``fn`` in one write transaction (call on the writer thread)."""
         lock = self._write_lock
         if lock is not None:
             lock.acquire()
         try:
-            with self.writer_engine.begin() as conn:
+            conn = self._writer_conn()
+            with conn.begin():
                 return fn(conn)
         except sa.exc.OperationalError as exc:
             raise StoreError(f"store write failed: {exc.orig}") from exc
         finally:
             if lock is not None:
                 lock.release()
+
+    def try_inline_write(self) -> bool:
+        """Take the file's write lock if it is free right now (then call
+        ``write_raw_sync(fn, locked=True)`` on this thread). Only for SQLite files: a
+        lone append skips the hop to the writer thread."""
+        lock = self._write_lock
+        return bool(
+            self.options.inline_writes
+            and not self.is_memory
+            and self.is_sqlite
+            and lock is not None
+            and lock.acquire(blocking=False)
+        )
+
+    def write_raw_sync(self, fn: Callable[[Any], T], *, locked: bool = False) -> T:
+        """Like ``write_sync`` but ``fn`` gets a DBAPI cursor: the append hot path.
+
+        On SQLite the transaction is driven with plain BEGIN/COMMIT statements, which
+        skips SQLAlchemy's per-transaction bookkeeping.
+        """
+        if not self.is_sqlite:
+            return self.write_sync(lambda conn: fn(conn.connection.dbapi_connection.cursor()))  # type: ignore[union-attr]
+        lock = self._write_lock
+        if lock is not None and not locked:
+            lock.acquire()
+        try:
+            cur = self._writer_conn().connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            cur.execute(self._begin_sql)
+            try:
+                out = fn(cur)
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            cur.execute("COMMIT")
+            return out
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"store write failed: {exc}") from exc
+        finally:
+            if lock is not None:
+                lock.release()
+
+    async def write_raw(self, fn: Callable[[Any], T]) -> T:
+        """Run ``write_raw_sync(fn)`` on the writer thread."""
+        if self._writer is None:
+            raise StoreError("store is not open")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writer, self.write_raw_sync, fn)
 
     def read_sync(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one read transaction (a consistent snapshot) on the calling thread."""
