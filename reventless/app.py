@@ -345,16 +345,20 @@ class App:
         """Wait until every collector has processed everything (including what mappers
         cause in turn). Handy in tests, demos and scripts."""
 
+        def caught_up(heads: dict[str, int]) -> bool:
+            return all(
+                c.checkpoints.get(t, 0) >= heads.get(t, 0)
+                for c in self._collectors.values()
+                for t in c.checkpoints
+            )
+
         async def wait() -> None:
             while True:
-                heads = await self.store.heads()
-                done = all(
-                    c.checkpoints.get(t, 0) >= heads.get(t, 0)
-                    for c in self._collectors.values()
-                    for t in c.checkpoints
-                )
-                if done and heads == await self.store.heads():
-                    return
+                # Cheap in-memory check first; the store confirms (other processes' rows).
+                if caught_up(self.store.known_heads):
+                    heads = await self.store.heads()
+                    if caught_up(heads) and heads == await self.store.heads():
+                        return
                 await asyncio.sleep(0.005)
 
         await asyncio.wait_for(wait(), timeout)

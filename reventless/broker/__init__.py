@@ -30,7 +30,9 @@ class Message:
     key: str = ""
 
 
-Handler = Callable[[Message], Awaitable[None]]
+#: Receives the messages available right now (at least one, in order per key).
+#: Returning acks them all; raising asks for redelivery of all of them.
+Handler = Callable[[Sequence[Message]], Awaitable[None]]
 
 
 class Subscription(Protocol):

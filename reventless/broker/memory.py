@@ -63,8 +63,11 @@ class InMemoryBroker:
         await broker.subscribe("audit", ["Customer"], handler)
     """
 
-    def __init__(self, *, max_deliver: int = 5, dedup_window: int = 100_000) -> None:
+    def __init__(
+        self, *, max_deliver: int = 5, max_batch: int = 100, dedup_window: int = 100_000
+    ) -> None:
         self.max_deliver = max_deliver
+        self.max_batch = max_batch
         self._groups: dict[str, _Group] = {}
         self._topics: set[str] = set()
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -112,7 +115,7 @@ class InMemoryBroker:
     async def subscribe(
         self, group: str, topics: Sequence[str], handler: Handler
     ) -> InMemorySubscription:
-        """Join consumer ``group`` for ``topics``; ``handler`` is awaited per message."""
+        """Join consumer ``group`` for ``topics``; ``handler`` gets what is queued, in order."""
         g = self._groups.get(group)
         if g is None:
             g = self._groups[group] = _Group(group, topics)
@@ -125,10 +128,12 @@ class InMemoryBroker:
 
     async def _consume(self, group: str, member: _Member) -> None:
         while True:
-            msg = await member.queue.get()
+            batch = [await member.queue.get()]
+            while len(batch) < self.max_batch and not member.queue.empty():
+                batch.append(member.queue.get_nowait())
             for attempt in range(1, self.max_deliver + 1):
                 try:
-                    await member.handler(msg)
+                    await member.handler(batch)
                     break
                 except asyncio.CancelledError:
                     raise
@@ -136,9 +141,9 @@ class InMemoryBroker:
                     if attempt == self.max_deliver:
                         # Give up on the message: the consumer catches up from the store.
                         log.error(
-                            "group %s dropped %s after %d tries: %s",
+                            "group %s dropped %d messages after %d tries: %s",
                             group,
-                            msg.msg_id,
+                            len(batch),
                             attempt,
                             exc,
                         )

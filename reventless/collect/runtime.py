@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -114,7 +114,7 @@ class Collector:
 
         got, self.parked = await self.db.read(load)
         self.checkpoints = {n: got.get(n, 0) for n in names}
-        self._sub = await self.broker.subscribe(self.name, names, self._on_message)
+        self._sub = await self.broker.subscribe(self.name, names, self._on_messages)
         async with self._lock:
             for n in names:
                 await self._catch_up(n)
@@ -159,13 +159,23 @@ class Collector:
 
     # -- delivery --------------------------------------------------------------------------
 
-    async def _on_message(self, msg: Message) -> None:
-        topic = self.topics.get(msg.topic)
-        if topic is None:
-            return
-        rows = topic.schema.from_arrow_rows(decode_batch(msg.data), with_meta=True)
-        if rows:
-            await self.deliver(msg.topic, rows)
+    async def _on_messages(self, msgs: Sequence[Message]) -> None:
+        # Rows of consecutive messages of one topic become one batch: one transaction.
+        pending: list[tuple[str, list[StoredRow]]] = []
+        for msg in msgs:
+            topic = self.topics.get(msg.topic)
+            if topic is None:
+                continue
+            rows = topic.schema.from_arrow_rows(decode_batch(msg.data), with_meta=True)
+            if not rows:
+                continue
+            last = pending[-1] if pending else None
+            if last and last[0] == msg.topic and last[1][-1][0] + 1 == rows[0][0]:
+                last[1].extend(rows)
+            else:
+                pending.append((msg.topic, rows))
+        for name, rows in pending:
+            await self.deliver(name, rows)
 
     async def deliver(self, topic: str, rows: list[StoredRow]) -> None:
         """Process a batch of stored rows of ``topic`` (live delivery), filling gaps first."""

@@ -9,6 +9,7 @@ lets many commands share one commit) and a small reader pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -92,6 +93,8 @@ class Database:
         self._readers: ThreadPoolExecutor | None = None
         self._write_lock: threading.Lock | None = None
         self._wconn: Connection | None = None
+        self._local = threading.local()  # each reader thread keeps its connection
+        self._reader_conns: list[Connection] = []
         self._begin_sql = "BEGIN" if self.is_memory else "BEGIN IMMEDIATE"
         if self.is_sqlite and not self.is_memory and self.url.database:
             self._write_lock = _file_lock(self.url.database)
@@ -176,6 +179,10 @@ class Database:
         if self._wconn is not None:
             self._wconn.close()
             self._wconn = None
+        for conn in self._reader_conns:
+            with contextlib.suppress(Exception):  # owned by a finished reader thread
+                conn.close()
+        self._reader_conns.clear()
         for engine in {id(e): e for e in (self._writer_engine, self._reader_engine) if e}.values():
             engine.dispose()
         self._writer_engine = self._reader_engine = None
@@ -184,11 +191,11 @@ class Database:
         """Dispose engines and stop the worker threads."""
         writer, readers = self._writer, self._readers
         self._writer = self._readers = None
+        if readers is not None and readers is not writer:
+            readers.shutdown(wait=True)
         if writer is not None:
             await asyncio.get_running_loop().run_in_executor(writer, self._dispose)
             writer.shutdown(wait=True)
-        if readers is not None and readers is not writer:
-            readers.shutdown(wait=True)
 
     # -- running work ----------------------------------------------------------------------
 
@@ -275,8 +282,14 @@ class Database:
 
     def read_sync(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one read transaction (a consistent snapshot) on the calling thread."""
+        if self.is_memory:  # the one shared connection, used by the writer thread
+            return self.write_sync(fn)
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.invalidated:
+            conn = self._local.conn = self.reader_engine.connect()
+            self._reader_conns.append(conn)
         try:
-            with self.reader_engine.begin() as conn:
+            with conn.begin():
                 return fn(conn)
         except sa.exc.OperationalError as exc:
             raise StoreError(f"store read failed: {exc.orig}") from exc

@@ -96,6 +96,8 @@ class SqlEventStore:
         self._pending: list[tuple[AppendRequest, asyncio.Future[AppendResult]]] = []
         self._drainer: asyncio.Task[None] | None = None
         self.commit_listeners: list[Callable[[list[AppendResult]], None]] = []
+        #: Heads as far as this process has seen (its own commits, plus ``heads()`` reads).
+        self.known_heads: dict[str, int] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -303,6 +305,8 @@ class SqlEventStore:
                     if isinstance(out, AppendResult):
                         if not out.duplicate:
                             done.append(out)
+                            if out.last_offset > self.known_heads.get(out.topic, 0):
+                                self.known_heads[out.topic] = out.last_offset
                         fut.set_result(out)
                     else:
                         fut.set_exception(out)
@@ -492,7 +496,11 @@ class SqlEventStore:
 
     async def heads(self) -> dict[str, int]:
         """Head offsets of every topic in the store."""
-        return await self.db.read(lambda conn: heads_sync(self.db, conn))
+        heads = await self.db.read(lambda conn: heads_sync(self.db, conn))
+        for topic, head in heads.items():
+            if head > self.known_heads.get(topic, 0):
+                self.known_heads[topic] = head
+        return heads
 
 
 def heads_sync(db: Database, conn: Connection) -> dict[str, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +119,9 @@ async def test_outbox_delivers_what_was_committed_while_the_broker_failed(store_
     log = app.event_log(Counter)
     seen: list[int] = []
 
-    async def on_message(msg: rv.Message) -> None:
-        seen.extend(decode_batch(msg.data).column("_offset").to_pylist())
+    async def on_message(msgs: Sequence[rv.Message]) -> None:
+        for msg in msgs:
+            seen.extend(decode_batch(msg.data).column("_offset").to_pylist())
 
     async with app:
         await broker.subscribe("raw", ["Counter"], on_message)
