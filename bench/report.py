@@ -347,8 +347,9 @@ def markdown(
         "number; the raw baseline is likewise one row per commit.",
         "- eventsourcing's per-command loop keeps its aggregate in memory (no "
         "`repository.get` per command), like reventless's aggregate cache does for `execute`.",
-        "- Bulk rows time persisting prebuilt events: reventless encodes them to rows "
-        "(ids, metadata, offsets) inside the timed region; raw inserts prebuilt tuples. "
+        "- Bulk rows time persisting event objects built before the clock starts: reventless "
+        "encodes them to rows (ids, metadata, offsets) inside the timed region; raw builds "
+        "its 4-column tuples (one json.dumps per event) inside the timed region too. "
         "eventsourcing's path is `Application.save(*aggregates)` (one transaction, its "
         "application recorder inserts row by row to get notification ids).",
         "- Catch-up: eventsourcing's documented runner for a `Projection` is "

@@ -304,10 +304,14 @@ def _es_bulk(path: Path, aggs: int, per: int) -> float:
 
 def _raw_bulk(path: Path, aggs: int, per: int) -> float:
     con = raw_connect(path)
-    rows = [
-        (f"bulk-{i}", v, "Incremented", RAW_DATA) for i in range(aggs) for v in range(1, per + 1)
-    ]
     t0 = perf()
+    # Rows are built inside the timing, as in every other raw workload: encoding each
+    # event (here json.dumps) is work any application pays per event.
+    rows = [
+        (f"bulk-{i}", v, "Incremented", json.dumps({"by": 1}))
+        for i in range(aggs)
+        for v in range(1, per + 1)
+    ]
     con.execute("BEGIN")
     con.executemany(RAW_INSERT, rows)
     con.execute("COMMIT")
@@ -671,7 +675,8 @@ def build(s: Sizes) -> list[Workload]:
                 f", expected_version=0) for i in range({s.bulk_aggs})))",
                 "eventsourcing": f"app.save(*counters)  # {s.bulk_aggs} aggregates with "
                 f"{s.bulk_per_agg} pending events each, one transaction",
-                "raw": f"BEGIN; executemany(INSERT, {bulk_total:,} prebuilt rows); COMMIT",
+                "raw": f"build {bulk_total:,} rows (json.dumps each); "
+                "BEGIN; executemany(INSERT); COMMIT",
             },
         ),
         Workload(

@@ -37,12 +37,15 @@ def uuid7_strs(n: int) -> list[str]:
         >>> len(uuid7_strs(3))
         3
     """
-    rand = os.urandom(8 * n)
+    rand = os.urandom(8 * n).hex()  # 16 hex digits of randomness per id
     out = []
+    variant = "89ab"
     for i, (ms, seq) in enumerate(_reserve(n)):
-        low = int.from_bytes(rand[8 * i : 8 * i + 8], "big") & 0x3FFF_FFFF_FFFF_FFFF
-        h = f"{(ms << 80) | (0x7 << 76) | (seq << 64) | (0b10 << 62) | low:032x}"
-        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+        t = f"{ms:012x}"
+        r = rand[16 * i : 16 * i + 16]
+        # the first random nibble carries the RFC 9562 variant bits (0b10xx)
+        v = variant[int(r[0], 16) & 3]
+        out.append(f"{t[:8]}-{t[8:]}-7{seq:03x}-{v}{r[1:4]}-{r[4:16]}")
     return out
 
 

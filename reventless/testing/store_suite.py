@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
+from pydantic import BaseModel
 
 import reventless as rv
 from reventless.errors import ConcurrencyError, SchemaMismatchError, TenantError
@@ -66,6 +67,14 @@ class Account(rv.Aggregate):
     @rv.applies(Withdrawn)
     def _wd(self, e: Withdrawn) -> None:
         self.balance -= e.amount
+
+
+class Price(BaseModel):
+    """A schema topic declared from a pydantic model."""
+
+    sku: str
+    cents: int
+    note: str | None = None
 
 
 CDC_SCHEMA = pa.schema(
@@ -233,6 +242,22 @@ class StoreConformance:
         assert env.event == {"op": "c", "ts_ms": 9, "key": "order-2", "after": '{"total": 1}'}
         assert env.aggregate_id == "order-2"
         await assert_gapless(app, "cdc.orders")
+
+    async def test_model_topic_publish_round_trips(self, store_url: str) -> None:
+        app = rv.App(store=store_url)
+        prices = app.topic("prices", model=Price, key="sku")
+        async with app:
+            await prices.publish([Price(sku="a", cents=5), Price(sku="b", cents=7, note="x")])
+            with pytest.raises(SchemaMismatchError):
+                await prices.publish(pa.table({"sku": ["c"], "cents": ["not an int"]}))
+            envs = await prices.read()
+            assert [e.event for e in envs] == [
+                Price(sku="a", cents=5),
+                Price(sku="b", cents=7, note="x"),
+            ]
+            assert [e.aggregate_id for e in envs] == ["a", "b"]
+            assert [e.type for e in envs] == ["Price", "Price"]
+            await assert_gapless(app, "prices")
 
     async def test_wrong_tenant_is_rejected_up_front(self, app: rv.App) -> None:
         pinned = app.topics["cdc.pinned"]
