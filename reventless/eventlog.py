@@ -114,6 +114,7 @@ class Topic:
 
     @property
     def store(self) -> SqlEventStore:
+        """The store this topic is built on (after the App started)."""
         if self._store is None:
             raise StoreError(f"topic {self.name!r} is not built: start the App first")
         return self._store

@@ -38,23 +38,30 @@ Handler = Callable[[Sequence[Message]], Awaitable[None]]
 class Subscription(Protocol):
     """A live subscription; ``close`` stops delivery."""
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Stop delivering to this subscription."""
 
 
 class Broker(Protocol):
     """Fan-out transport. Returning from a handler acks; raising asks for redelivery."""
 
-    async def connect(self) -> None: ...
+    async def connect(self) -> None:
+        """Open connections (idempotent)."""
 
-    async def declare(self, topic: str) -> None: ...
+    async def declare(self, topic: str) -> None:
+        """Create the broker-side state of ``topic`` (idempotent)."""
 
-    async def publish(self, messages: Sequence[Message]) -> None: ...
+    async def publish(self, messages: Sequence[Message]) -> None:
+        """Send messages; raise ``BrokerError`` if the broker did not take them."""
 
     async def subscribe(
         self, group: str, topics: Sequence[str], handler: Handler
-    ) -> Subscription: ...
+    ) -> Subscription:
+        """Join consumer ``group`` on ``topics``; ``handler`` receives batches."""
+        ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Close connections and stop every subscription."""
 
 
 #: URL scheme -> "module:factory"; adapters are imported only when their URL is used.

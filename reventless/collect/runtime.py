@@ -139,6 +139,7 @@ class Collector:
 
     @property
     def paused(self) -> bool:
+        """True while processing is paused."""
         return not self._running.is_set()
 
     async def lag(self) -> dict[str, int]:
@@ -224,19 +225,23 @@ class Collector:
         self.processed += len(rows)
 
     def handler_for(self, ev: Envelope[Any]) -> HandlerSpec:
+        """The handler registered for ``ev``'s topic and type."""
         handlers = self.dispatch[ev.topic]
         spec = handlers.get(ev.type) or handlers.get("*")
         assert spec is not None
         return spec
 
     def is_parked(self, ev: Envelope[Any]) -> bool:
+        """True if ``ev``'s aggregate has an open dead letter here."""
         return ev.aggregate_id is not None and (ev.topic, ev.aggregate_id) in self.parked
 
     def park(self, ev: Envelope[Any]) -> None:
+        """Hold back later events of ``ev``'s aggregate until redriven."""
         if ev.aggregate_id is not None:
             self.parked.add((ev.topic, ev.aggregate_id))
 
     def checkpoint_sync(self, conn: Connection, topic: str, offset: int) -> None:
+        """Upsert this collector's checkpoint inside the caller's transaction."""
         q = self.db.q
         conn.exec_driver_sql(
             f"INSERT INTO rv_checkpoints (component, topic, {q('offset')}) "
@@ -314,6 +319,7 @@ class ReadModelCollector(Collector):
     def apply_sync(
         self, conn: Connection, envs: list[Envelope[Any]], *, redo: bool = False
     ) -> Failed:
+        """Run the handlers over ``envs`` and write the final rows; returns failures."""
         table = self.table
         pairs = [(ev, self.handler_for(ev)) for ev in envs]
         need = {spec.key(ev) for ev, spec in pairs if spec.wants_current}
@@ -347,6 +353,8 @@ class ReadModelCollector(Collector):
         return failed
 
     async def process(self, topic: str, envs: list[Envelope[Any]], checkpoint: int) -> None:
+        """Rows, dead letters and checkpoint in one transaction."""
+
         def work(conn: Connection) -> None:
             failed = self.apply_sync(conn, envs) if envs else []
             deadletter.record_sync(self.db, conn, self.name, failed)
@@ -355,6 +363,7 @@ class ReadModelCollector(Collector):
         await self.db.write(work)
 
     async def redo(self, ev: Envelope[Any]) -> None:
+        """Apply one event again (no checkpoint change); raise on failure."""
         await self.db.write(lambda conn: self.apply_sync(conn, [ev], redo=True))
 
 
@@ -422,6 +431,7 @@ class MapperCollector(_RetryingCollector):
         self.resolve = resolve
 
     async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
+        """Execute the commands the mapper returns for ``ev``."""
         out = await call(spec, ev)
         for i, send in enumerate(as_ops(out)):
             if not isinstance(send, Send):
@@ -452,4 +462,5 @@ class SideEffectCollector(_RetryingCollector):
         self.backoff = handler.backoff
 
     async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
+        """Run the side effect for ``ev``."""
         await call(spec, ev)

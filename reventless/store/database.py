@@ -201,12 +201,14 @@ class Database:
 
     @property
     def writer_engine(self) -> Engine:
+        """The engine of the writer thread."""
         if self._writer_engine is None:
             raise StoreError("store is not open")
         return self._writer_engine
 
     @property
     def reader_engine(self) -> Engine:
+        """The engine of the reader threads."""
         if self._reader_engine is None:
             raise StoreError("store is not open")
         return self._reader_engine
@@ -319,6 +321,7 @@ class Database:
 
     @property
     def mark(self) -> str:
+        """This driver's parameter mark (``?`` or ``%s``)."""
         return "?" if self.paramstyle == "qmark" else "%s"
 
 
