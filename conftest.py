@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,3 +42,51 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def file_url(tmp_path: Path) -> str:
     """A fresh SQLite file store URL."""
     return f"sqlite:///{tmp_path / 'store.db'}"
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+
+PG_ADMIN = os.environ.get(
+    "REVENTLESS_TEST_PG", "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+)
+
+
+def _unavailable(what: str) -> None:
+    """Under CI a missing service fails the test; developers get a skip with the reason."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} (CI=true: service-backed tests must not skip)")
+    pytest.skip(what)
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test run (dropped at the end)."""
+    try:
+        import psycopg
+    except ImportError:
+        _unavailable("psycopg is not installed (pip install -e '.[postgres]')")
+    name = f"rv_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    try:
+        with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        _unavailable(f"PostgreSQL is not reachable ({PG_ADMIN}): {exc}")
+    info = psycopg.conninfo.conninfo_to_dict(PG_ADMIN)
+    yield (
+        f"postgresql+psycopg://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:"
+        f"{info.get('port', 5432)}/{name}"
+    )
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url(pg_database: str) -> str:
+    """A store URL on its own schema of the run's database: each test starts empty."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    plain = pg_database.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    return f"{pg_database}?options=-csearch_path%3D{schema}"

@@ -36,7 +36,8 @@ from .errors import (
 )
 from .ids import uuid7_strs
 from .spec import Aggregate, Command, Envelope, Event, Metadata
-from .store.sql import AppendRequest, AppendResult, SqlEventStore, StoredRow
+from .store.append import AppendRequest, AppendResult, StoredRow
+from .store.sql import SqlEventStore
 from .topic import TopicDef
 
 A = TypeVar("A", bound=Aggregate)

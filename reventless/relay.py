@@ -19,7 +19,8 @@ from sqlalchemy.engine import Connection
 
 from .broker import Broker, Message
 from .errors import ReventlessError
-from .store.sql import AppendResult, SqlEventStore, StoredRow, heads_sync
+from .store.append import AppendResult, StoredRow
+from .store.sql import SqlEventStore, heads_sync
 from .topic import TopicDef
 
 log = logging.getLogger("reventless.relay")

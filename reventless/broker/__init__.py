@@ -54,9 +54,7 @@ class Broker(Protocol):
     async def publish(self, messages: Sequence[Message]) -> None:
         """Send messages; raise ``BrokerError`` if the broker did not take them."""
 
-    async def subscribe(
-        self, group: str, topics: Sequence[str], handler: Handler
-    ) -> Subscription:
+    async def subscribe(self, group: str, topics: Sequence[str], handler: Handler) -> Subscription:
         """Join consumer ``group`` on ``topics``; ``handler`` receives batches."""
         ...
 

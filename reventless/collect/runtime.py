@@ -24,7 +24,8 @@ from ..errors import Rejected, SpecError
 from ..eventlog import EventLog, command_id_for, envelope_of
 from ..relay import decode_batch
 from ..spec import Aggregate, Envelope, Metadata
-from ..store.sql import SqlEventStore, StoredRow
+from ..store.append import StoredRow
+from ..store.sql import SqlEventStore
 from ..topic import TopicDef
 from . import deadletter
 from .component import (
@@ -50,10 +51,12 @@ LogResolver = Callable[[type[Aggregate] | str], EventLog[Any]]
 @dataclass(frozen=True, slots=True)
 class CollectorOptions:
     """``page_size``: events per catch-up transaction; ``poll_interval``: seconds between
-    store polls (the safety net when the broker is down)."""
+    store polls (the safety net when the broker is down); ``grace``: how long a wake-up
+    waits for live delivery before reading the store."""
 
     page_size: int = 2000
     poll_interval: float = 0.5
+    grace: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,10 +204,14 @@ class Collector:
             await self._process_rows(topic, rows)
 
     async def _poll(self) -> None:
+        # Woken by commits (LISTEN/NOTIFY on PostgreSQL), else every poll_interval. Live
+        # batches normally arrive through the broker first; the short grace period keeps
+        # this loop from racing them.
         while True:
-            await asyncio.sleep(self.options.poll_interval)
+            woken = await self.store.wait_for_change(self.options.poll_interval)
+            await asyncio.sleep(self.options.grace)
             try:
-                heads = await self.store.heads()
+                heads = self.store.known_heads if woken else await self.store.heads()
                 behind = [t for t, cp in self.checkpoints.items() if heads.get(t, 0) > cp]
                 if behind and not self._lock.locked():
                     async with self._lock:

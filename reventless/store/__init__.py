@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..topic import TopicDef
+from .append import AppendRequest, AppendResult, StoredRow
 from .database import Database, StoreOptions
-from .sql import AppendRequest, AppendResult, SqlEventStore, StoredRow
+from .sql import SqlEventStore
 
 
 class EventStore(Protocol):

@@ -94,6 +94,7 @@ class Database:
         self._write_lock: threading.Lock | None = None
         self._wconn: Connection | None = None
         self._local = threading.local()  # each reader thread keeps its connection
+        self._listener: tuple[threading.Thread, threading.Event] | None = None
         self._reader_conns: list[Connection] = []
         self._begin_sql = "BEGIN" if self.is_memory else "BEGIN IMMEDIATE"
         if self.is_sqlite and not self.is_memory and self.url.database:
@@ -156,6 +157,40 @@ class Database:
             self._dispose()
             raise StoreError(f"cannot open store {self.url.render_as_string()}: {exc}") from exc
 
+    def listen(self, channel: str, callback: Callable[[str], None]) -> None:
+        """PostgreSQL only: call ``callback(payload)`` on the event loop for every NOTIFY
+        on ``channel``. A dedicated thread holds its own connection and reconnects."""
+        if self.is_sqlite or self._listener is not None:
+            return
+        loop = asyncio.get_running_loop()
+        args, kwargs = self.writer_engine.dialect.create_connect_args(self.url)
+        stop = threading.Event()
+
+        def run() -> None:
+            import psycopg  # only PostgreSQL stores get here
+
+            while not stop.is_set():
+                try:
+                    with psycopg.connect(*args, **kwargs, autocommit=True) as conn:
+                        conn.execute(f"LISTEN {channel}")
+                        while not stop.is_set():
+                            for note in conn.notifies(timeout=0.1):
+                                loop.call_soon_threadsafe(callback, note.payload)
+                except Exception as exc:  # server restart, network: retry in a moment
+                    log.warning("LISTEN %s: %s; reconnecting", channel, exc)
+                    stop.wait(1.0)
+
+        thread = threading.Thread(target=run, name="rv-listener", daemon=True)
+        self._listener = (thread, stop)
+        thread.start()
+
+    def _stop_listening(self) -> None:
+        if self._listener is not None:
+            thread, stop = self._listener
+            stop.set()
+            thread.join(timeout=5)
+            self._listener = None
+
     def open_dialect(self, dialect: sa.Dialect) -> None:
         """Adopt the SQL text conventions (quoting, parameter marks) of ``dialect``."""
         self.paramstyle = "qmark" if dialect.paramstyle == "qmark" else "format"
@@ -189,6 +224,7 @@ class Database:
 
     async def close(self) -> None:
         """Dispose engines and stop the worker threads."""
+        self._stop_listening()
         writer, readers = self._writer, self._readers
         self._writer = self._readers = None
         if readers is not None and readers is not writer:

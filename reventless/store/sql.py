@@ -1,9 +1,7 @@
 """``SqlEventStore``: topics as append-only SQL tables with gapless per-topic offsets.
 
-Offsets come from a counter row per topic (``rv_topics.head``) bumped inside the
-appending transaction: a rolled-back append un-bumps it (no holes), and since the
-row stays locked until commit, appends to one topic commit in offset order, so a
-reader never sees offset N+1 before N.
+Offsets are reserved inside the appending transaction (see ``append.py``), so a rolled
+back append leaves no hole and appends to one topic commit in offset order.
 
 Concurrent ``append`` calls are grouped: whatever queued while the previous commit
 ran is written in the next single transaction (group commit), each request in its
@@ -17,7 +15,7 @@ import base64
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -25,15 +23,21 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..codec import META_NAMES, META_SQL_KINDS, Column
-from ..errors import ConcurrencyError, SchemaMismatchError, StoreError
+from ..errors import SchemaMismatchError, StoreError
 from ..topic import TopicDef
 from . import tables
+from .append import (
+    NOTIFY_CHANNEL,
+    Appender,
+    AppendRequest,
+    AppendResult,
+    StoredRow,
+    TableInfo,
+)
 from .database import Database, table_name
 
 log = logging.getLogger("reventless.store")
 
-#: A full stored row: META values (``codec.META_NAMES`` order) then the field values.
-StoredRow = tuple[Any, ...]
 
 _KIND_TYPES: dict[str, Callable[[], Any]] = {
     "int": sa.BigInteger,
@@ -46,38 +50,25 @@ _KIND_TYPES: dict[str, Callable[[], Any]] = {
 _MAX_GROUP = 2000
 
 
-@dataclass(slots=True)
-class AppendRequest:
-    """Rows to append to one topic, without their ``_offset`` (assigned on commit).
-
-    Each row is ``(_row_idx, _produced_at, _aggregate_id, ..., *fields)``: the META
-    values after ``_offset`` followed by the field values.
-    """
-
-    topic: str
-    rows: list[tuple[Any, ...]]
-    aggregate_id: str | None = None
-    expected_version: int | None = None
-    command_id: str | None = None
-
-
-@dataclass(slots=True)
-class AppendResult:
-    """Where an append landed. ``duplicate`` is True when its command id was seen before."""
-
-    topic: str
-    first_offset: int
-    last_offset: int
-    rows: list[StoredRow] = field(default_factory=list)
-    duplicate: bool = False
+_PG_TYPES = {
+    "int": "int8",
+    "float": "float8",
+    "bool": "bool",
+    "text": "text",
+    "blob": "bytea",
+    "json": "text",
+}
 
 
 @dataclass(slots=True)
 class _TopicTable:
     topic: TopicDef
-    table: str
-    insert_sql: str
+    info: TableInfo
     select_sql: str
+
+    @property
+    def table(self) -> str:
+        return self.info.table
 
 
 class SqlEventStore:
@@ -98,6 +89,8 @@ class SqlEventStore:
         self.commit_listeners: list[Callable[[list[AppendResult]], None]] = []
         #: Heads as far as this process has seen (its own commits, plus ``heads()`` reads).
         self.known_heads: dict[str, int] = {}
+        self._appender = Appender(db, lambda topic: self._entry(topic).info)
+        self._changed = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -105,6 +98,27 @@ class SqlEventStore:
         """Open the database and create the system tables if missing."""
         await self.db.open()
         await self.db.write(lambda conn: tables.metadata.create_all(conn))
+        self._changed = asyncio.Event()
+        self.db.listen(NOTIFY_CHANNEL, self._on_notify)
+
+    def _on_notify(self, payload: str) -> None:
+        topic, _, head = payload.rpartition(":")
+        if head.isdigit() and int(head) > self.known_heads.get(topic, 0):
+            self.known_heads[topic] = int(head)
+        self._signal()
+
+    def _signal(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for_change(self, timeout: float) -> bool:
+        """Wait until something is committed (this process, or any process on PostgreSQL,
+        via LISTEN/NOTIFY); False on timeout."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     async def close(self) -> None:
         """Wait for queued appends, then close the database."""
@@ -155,13 +169,17 @@ class SqlEventStore:
         q = self.db.q
         names = [*META_NAMES, *(c.name for c in topic.schema.columns)]
         col_list = ", ".join(q(n) for n in names)
-        self._topics[topic.name] = _TopicTable(
-            topic=topic,
+        kinds = [*META_SQL_KINDS, *(c.sql_kind for c in topic.schema.columns)]
+        info = TableInfo(
             table=table,
+            columns=tuple(names),
+            pg_types=tuple(_PG_TYPES[k] for k in kinds),
             insert_sql=(
                 f"INSERT INTO {q(table)} ({col_list}) VALUES ({self.db.placeholders(len(names))})"
             ),
-            select_sql=f"SELECT {col_list} FROM {q(table)}",
+        )
+        self._topics[topic.name] = _TopicTable(
+            topic=topic, info=info, select_sql=f"SELECT {col_list} FROM {q(table)}"
         )
 
     async def register(self, topic: TopicDef) -> bool:
@@ -287,7 +305,7 @@ class SqlEventStore:
                 batch = self._pending[:_MAX_GROUP]
                 del self._pending[:_MAX_GROUP]
                 reqs = [r for r, _ in batch]
-                work = partial(self._append_group, reqs=reqs)
+                work = partial(self._appender.group, reqs=reqs)
                 try:
                     if len(batch) == 1 and self.db.try_inline_write():
                         outcomes = self.db.write_raw_sync(work, locked=True)
@@ -310,6 +328,8 @@ class SqlEventStore:
                         fut.set_result(out)
                     else:
                         fut.set_exception(out)
+                if done:
+                    self._signal()
                 for listener in self.commit_listeners:
                     try:
                         listener(done)
@@ -317,106 +337,6 @@ class SqlEventStore:
                         log.exception("commit listener failed")
         finally:
             self._drainer = None
-
-    def _append_group(
-        self, cur: Any, *, reqs: list[AppendRequest]
-    ) -> list[AppendResult | Exception]:
-        # The hot path talks to the DBAPI cursor directly: SQLAlchemy's per-statement
-        # bookkeeping (and its compiled SAVEPOINT clauses) cost more than the SQL here.
-        if len(reqs) == 1:
-            return [self._careful(cur, reqs[0], savepoint=False)]
-        cur.execute("SAVEPOINT rv_group")
-        try:
-            results: list[AppendResult | Exception] = list(self._append_all(cur, reqs))
-        except self.db.integrity_errors:
-            cur.execute("ROLLBACK TO SAVEPOINT rv_group")
-            results = [self._careful(cur, r, savepoint=True) for r in reqs]
-        cur.execute("RELEASE SAVEPOINT rv_group")
-        return results
-
-    def _careful(
-        self, cur: Any, req: AppendRequest, *, savepoint: bool
-    ) -> AppendResult | Exception:
-        """One request on its own; a clash undoes only this request."""
-        if savepoint:
-            cur.execute("SAVEPOINT rv_one")
-        try:
-            result: AppendResult | Exception = self._append_one(cur, req)
-        except ConcurrencyError as exc:
-            if not savepoint:
-                raise
-            cur.execute("ROLLBACK TO SAVEPOINT rv_one")
-            result = exc
-        if savepoint:
-            cur.execute("RELEASE SAVEPOINT rv_one")
-        return result
-
-    def _bump(self, cur: Any, topic: str, n: int) -> int:
-        """Reserve ``n`` offsets inside the appending transaction; returns the first.
-
-        SQLite serialises writers (BEGIN IMMEDIATE), so the next offset is simply the
-        largest one plus one (``_offset`` is the rowid: an O(log n) lookup, and no extra
-        page to write). Other databases bump the topic's counter row, whose row lock
-        orders concurrent appenders. Retention must therefore never delete a topic's
-        newest row.
-        """
-        if self.db.is_sqlite:
-            cur.execute(f"SELECT MAX(_offset) FROM {self.db.q(self._entry(topic).table)}")
-            return int(cur.fetchone()[0] or 0) + 1
-        mark = self.db.mark
-        cur.execute(
-            f"UPDATE rv_topics SET head = head + {mark} WHERE name = {mark} RETURNING head",
-            (n, topic),
-        )
-        return int(cur.fetchone()[0]) - n + 1
-
-    def _command_sql(self) -> str:
-        return (
-            "INSERT INTO rv_commands (command_id, topic, aggregate_id) "
-            f"VALUES ({self.db.placeholders(3)})"
-        )
-
-    def _append_one(self, cur: Any, req: AppendRequest) -> AppendResult:
-        if req.command_id is not None:
-            cur.execute("SAVEPOINT rv_cmd")
-            try:
-                cur.execute(self._command_sql(), (req.command_id, req.topic, req.aggregate_id))
-            except self.db.integrity_errors:
-                cur.execute("ROLLBACK TO SAVEPOINT rv_cmd")
-                cur.execute("RELEASE SAVEPOINT rv_cmd")
-                return AppendResult(req.topic, 0, -1, duplicate=True)
-            cur.execute("RELEASE SAVEPOINT rv_cmd")
-        entry = self._entry(req.topic)
-        first = self._bump(cur, req.topic, len(req.rows))
-        rows = [(first + i, *r) for i, r in enumerate(req.rows)]
-        try:
-            cur.executemany(entry.insert_sql, rows)
-        except self.db.integrity_errors:
-            raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
-        return AppendResult(req.topic, first, first + len(rows) - 1, rows)
-
-    def _append_all(self, cur: Any, reqs: list[AppendRequest]) -> list[AppendResult]:
-        """Everything at once: one counter bump and one executemany per topic."""
-        commands = [(r.command_id, r.topic, r.aggregate_id) for r in reqs if r.command_id]
-        if commands:
-            cur.executemany(self._command_sql(), commands)
-        by_topic: dict[str, list[int]] = {}
-        for i, req in enumerate(reqs):
-            by_topic.setdefault(req.topic, []).append(i)
-        results: list[AppendResult | None] = [None] * len(reqs)
-        for topic, idxs in by_topic.items():
-            entry = self._entry(topic)
-            total = sum(len(reqs[i].rows) for i in idxs)
-            off = self._bump(cur, topic, total)
-            all_rows: list[StoredRow] = []
-            for i in idxs:
-                req = reqs[i]
-                rows = [(off + k, *r) for k, r in enumerate(req.rows)]
-                results[i] = AppendResult(topic, off, off + len(rows) - 1, rows)
-                off += len(rows)
-                all_rows.extend(rows)
-            cur.executemany(entry.insert_sql, all_rows)
-        return [r for r in results if r is not None]
 
     # -- reading ---------------------------------------------------------------------------
 
