@@ -1,20 +1,37 @@
-"""``python -m bench [--quick] [--reps N] [--only KEY,...] [--out BENCHMARKS.md]``."""
+"""``python -m bench [--store sqlite|postgres|all] [--quick] [--reps N] [--only KEY,...]
+[--out BENCHMARKS.md]``."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from .report import Results, console_table, fmt, machine, markdown, previous_analysis
-from .workloads import SYSTEMS, Sizes, build, durability, probe_projection_runner
+from . import pg
+from .pgserver import PgServer
+from .report import PgInfo, Results, console_table, fmt, machine, markdown, previous_analysis
+from .workloads import STORES, SYSTEMS, Sizes, Workload, build, durability, probe_projection_runner
+
+
+def plan(store: str, quick: bool) -> list[Workload]:
+    if store == "postgres":
+        return pg.build(Sizes.postgres(quick))
+    return build(Sizes.quick() if quick else Sizes())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--store",
+        choices=(*STORES, "all"),
+        default="sqlite",
+        help="where to run: a SQLite file (default), PostgreSQL (PGHOST/PGPORT/PGUSER, "
+        "default 127.0.0.1:5432 user postgres; a fresh database per measurement), or both",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test, < 1 min)")
     parser.add_argument(
         "--reps", type=int, default=None, help="repetitions (default 5, --quick: 3; minimum 1)"
@@ -28,63 +45,95 @@ def main(argv: list[str] | None = None) -> int:
     if args.reps < 1:
         parser.error("--reps must be >= 1")
 
-    workloads = build(Sizes.quick() if args.quick else Sizes())
+    stores = list(STORES) if args.store == "all" else [args.store]
+    plans = {store: plan(store, args.quick) for store in stores}
     if args.only:
         keys = {k.strip() for k in args.only.split(",") if k.strip()}
-        unknown = keys - {w.key for w in workloads}
+        known = {w.key for ws in plans.values() for w in ws}
+        unknown = keys - known
         if unknown:
-            parser.error(
-                f"unknown workload(s) {sorted(unknown)}; known: {[w.key for w in workloads]}"
-            )
-        workloads = [w for w in workloads if w.key in keys]
+            parser.error(f"unknown workload(s) {sorted(unknown)}; known: {sorted(known)}")
+        plans = {store: [w for w in ws if w.key in keys] for store, ws in plans.items()}
 
-    results: Results = {w.key: {s: [] for s in SYSTEMS} for w in workloads}
+    results: dict[str, Results] = {
+        store: {w.key: {s: [] for s in SYSTEMS} for w in ws} for store, ws in plans.items()
+    }
     machine_info = machine()  # before measuring: records the code revision being measured
+    pragmas: dict[str, tuple[str, str]] = {}
+    runner_probe = ""
+    pg_info: PgInfo | None = None
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="rvbench-") as tmp:
-        root = Path(tmp)
-        (root / "probe").mkdir()
-        pragmas = durability(root / "probe")
-        (root / "runner").mkdir()
-        runner_probe = probe_projection_runner(root / "runner")
-        print("durability (journal_mode, synchronous):", pragmas, flush=True)
+    with contextlib.ExitStack() as stack:
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rvbench-")))
+        server = stack.enter_context(PgServer()) if "postgres" in plans else None
+        if "sqlite" in plans:
+            (root / "probe").mkdir()
+            pragmas = durability(root / "probe")
+            (root / "runner").mkdir()
+            runner_probe = probe_projection_runner(root / "runner")
+            print("sqlite durability (journal_mode, synchronous):", pragmas, flush=True)
+        if server is not None:
+            pg_info = PgInfo(
+                server=f"{server.host}:{server.port}",
+                settings=server.settings(),
+                sessions=pg.durability(server.new_db),
+            )
+            print("postgres server settings:", pg_info.settings, flush=True)
+            print(f"postgres session settings {pg.SESSION_SETTINGS}:", pg_info.sessions)
+            print(f"postgres databases: rvbench_{server.run_id}_*", flush=True)
         for rep in range(args.reps):
             order = SYSTEMS[rep % len(SYSTEMS) :] + SYSTEMS[: rep % len(SYSTEMS)]
-            for w in workloads:
-                for system in order:
-                    fn = w.run.get(system)
-                    if fn is None:
-                        continue
-                    # Files are removed only at the end: deleting them mid-run makes the
-                    # filesystem discard blocks while the next contender is being timed.
-                    work = Path(tempfile.mkdtemp(dir=root))
-                    gc.collect()
-                    value = fn(work)
-                    results[w.key][system].append(value)
-                    print(
-                        f"rep {rep + 1}/{args.reps}  {w.key:<16} {system:<13} "
-                        f"{fmt(value):>10} {w.unit}",
-                        flush=True,
-                    )
+            for store, workloads in plans.items():
+                for w in workloads:
+                    for system in order:
+                        fn = w.run.get(system)
+                        if fn is None:
+                            continue
+                        # Files and databases are removed only at the end: deleting them
+                        # mid-run makes the filesystem discard blocks while the next
+                        # contender is being timed.
+                        where: object
+                        if server is not None and store == "postgres":
+                            where = server.new_db(f"{w.key}_{system[:3]}")
+                            server.checkpoint()  # no one pays for an earlier run's writes
+                        else:
+                            where = Path(tempfile.mkdtemp(dir=root))
+                        gc.collect()
+                        value = fn(where)
+                        results[store][w.key][system].append(value)
+                        print(
+                            f"rep {rep + 1}/{args.reps}  {store:<8} {w.key:<16} {system:<13} "
+                            f"{fmt(value):>10} {w.unit}",
+                            flush=True,
+                        )
+        if server is not None:
+            print(f"dropping {len(server.created)} databases", flush=True)
 
-    print()
-    print(console_table(workloads, results))
+    for store, workloads in plans.items():
+        if workloads:
+            print(f"\n{store}:")
+            print(console_table(workloads, results[store], store))
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
     if args.out is not None:
-        command = "python -m bench" + (" --quick" if args.quick else "")
+        command = "python -m bench"
+        if args.store != "sqlite":
+            command += f" --store {args.store}"
+        if args.quick:
+            command += " --quick"
         if args.reps != default_reps:
             command += f" --reps {args.reps}"
         if args.only:
             command += f" --only {args.only}"
         command += f" --out {args.out.name}"
         text = markdown(
-            workloads=workloads,
+            plans=plans,
             results=results,
             reps=args.reps,
             quick=args.quick,
             command=command,
             durability=pragmas,
             runner_probe=runner_probe,
+            pg_info=pg_info,
             previous=previous_analysis(args.out),
             machine_info=machine_info,
         )

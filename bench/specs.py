@@ -10,8 +10,10 @@ from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate as EsAggregate
 from eventsourcing.domain import event
 from eventsourcing.persistence import Tracking, TrackingRecorder
+from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
 from eventsourcing.projection import Projection as EsProjection
 from eventsourcing.sqlite import SQLiteTrackingRecorder
+from psycopg.sql import SQL, Identifier
 from pydantic import BaseModel
 
 import reventless as rv
@@ -117,6 +119,38 @@ class SQLiteTotalsRecorder(TotalsRecorder, SQLiteTrackingRecorder):
         with self.datastore.transaction(commit=False) as c:
             c.execute("SELECT id, value, events FROM counter_totals")
             return [tuple(r) for r in c.fetchall()]  # type: ignore[misc]
+
+
+class PostgresTotalsRecorder(TotalsRecorder, PostgresTrackingRecorder):
+    """The same view on PostgreSQL: upsert + tracking record in one transaction per event."""
+
+    def __init__(self, datastore: PostgresDatastore, **kwargs: Any) -> None:
+        super().__init__(datastore, **kwargs)
+        table = SQL("{0}.{1}").format(
+            Identifier(self.datastore.schema), Identifier("counter_totals")
+        )
+        self.sql_create_statements.append(
+            SQL(
+                "CREATE TABLE IF NOT EXISTS {0} "
+                "(id text PRIMARY KEY, value bigint NOT NULL, events bigint NOT NULL)"
+            ).format(table)
+        )
+        self.incr_statement = SQL(
+            "INSERT INTO {0} AS t (id, value, events) VALUES (%s, %s, 1) "
+            "ON CONFLICT (id) DO UPDATE SET value = t.value + excluded.value, "
+            "events = t.events + 1"
+        ).format(table)
+        self.rows_statement = SQL("SELECT id, value, events FROM {0}").format(table)
+
+    def incr(self, aggregate_id: str, by: int, tracking: Tracking) -> None:
+        with self.datastore.transaction(commit=True) as c:
+            c.execute(self.incr_statement, (aggregate_id, by), prepare=True)
+            self._insert_tracking(c, tracking)
+
+    def rows(self) -> list[tuple[str, int, int]]:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(self.rows_statement)
+            return [(r["id"], r["value"], r["events"]) for r in c.fetchall()]
 
 
 class TotalsProjection(EsProjection):  # type: ignore[type-arg]

@@ -3,6 +3,9 @@
 Every function takes a fresh directory and returns a throughput (operations per
 second, the unit of its workload). Setup (schema creation, preloading, warm-up)
 is outside the timed region; a sanity check after it verifies what was written.
+
+The reventless and eventsourcing functions also accept a fresh PostgreSQL database
+(``PgDb``) instead of the directory: ``pg.py`` reuses them for ``--store postgres``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from eventsourcing.utils import Environment
 
 import reventless as rv
 
+from .pgserver import PgDb
 from .specs import (
     Counter,
     EsApp,
@@ -35,7 +39,9 @@ from .specs import (
 )
 
 SYSTEMS = ("reventless", "eventsourcing", "raw")
-Runner = Callable[[Path], float]
+STORES = ("sqlite", "postgres")
+Where = Path | PgDb  # a fresh SQLite directory or a fresh PostgreSQL database
+Runner = Callable[[Any], float]
 perf = time.perf_counter
 
 
@@ -71,6 +77,39 @@ class Sizes:
             catchup_per_agg=100,
         )
 
+    @classmethod
+    def postgres(cls, quick: bool = False) -> Sizes:
+        """PostgreSQL: a commit costs more (fsync + a round trip), so fewer of them."""
+        if quick:
+            return cls(
+                seq_commands=100,
+                conc_workers=64,
+                conc_per_worker=5,
+                batch_tx=30,
+                bulk_aggs=10,
+                bulk_per_agg=1000,
+                bulk_big_call=5000,
+                load_events=1000,
+                load_repeats=5,
+                catchup_aggs=50,
+                catchup_aggs_es=5,
+                catchup_per_agg=100,
+            )
+        return cls(
+            seq_commands=2000,
+            conc_workers=64,
+            conc_per_worker=100,
+            batch_tx=500,
+            bulk_aggs=100,
+            bulk_per_agg=1000,
+            bulk_big_call=10_000,
+            load_events=1000,
+            load_repeats=30,
+            catchup_aggs=500,
+            catchup_aggs_es=30,
+            catchup_per_agg=100,
+        )
+
 
 @dataclass
 class Workload:
@@ -82,21 +121,35 @@ class Workload:
     sizes: dict[str, str] = field(default_factory=dict)
     peer_from: str | None = None  # peers' numbers are taken from this workload's row
     latency: bool = False  # also report ms per operation
+    borrow: dict[str, str] = field(default_factory=dict)  # system -> row its number is from
+    store: str = "sqlite"
+
+    def source(self, system: str) -> str | None:
+        """The workload whose number is shown for ``system`` when it is not measured here."""
+        if system in self.borrow:
+            return self.borrow[system]
+        return self.peer_from if system != "reventless" else None
 
 
 # -- shared helpers ---------------------------------------------------------------------------
 
 
-def rv_app(path: Path, snapshot_every: int = 0) -> rv.App:
+def rv_app(where: Where, snapshot_every: int = 0) -> rv.App:
+    if isinstance(where, PgDb):
+        store = where.url
+    else:
+        store = f"sqlite:///{where / 'rv.db'}?synchronous=FULL"
     return rv.App(
-        store=f"sqlite:///{path / 'rv.db'}?synchronous=FULL",
+        store=store,
         broker="memory://",
         options=rv.AppOptions(log=rv.LogOptions(snapshot_every=snapshot_every)),
     )
 
 
-def es_env(path: Path) -> dict[str, str]:
-    return {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path / "es.db")}
+def es_env(where: Where) -> dict[str, str]:
+    if isinstance(where, PgDb):
+        return where.es_env()
+    return {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(where / "es.db")}
 
 
 RAW_INSERT = "INSERT INTO events (aggregate_id, version, type, data) VALUES (?, ?, ?, ?)"
@@ -135,7 +188,7 @@ async def rv_count(app: rv.App) -> int:
 # -- 1. per-command append, sequential --------------------------------------------------------
 
 
-async def _rv_seq(path: Path, n: int) -> float:
+async def _rv_seq(path: Where, n: int) -> float:
     app = rv_app(path)
     log = app.event_log(Counter)
     async with app:
@@ -148,7 +201,7 @@ async def _rv_seq(path: Path, n: int) -> float:
     return n / dt
 
 
-def _es_seq(path: Path, n: int) -> float:
+def _es_seq(path: Where, n: int) -> float:
     app = EsApp(env=es_env(path))
     try:
         c = EsCounter()
@@ -181,7 +234,7 @@ def _raw_seq(path: Path, n: int) -> float:
 # -- 2. per-command append, 64 concurrent coroutines --------------------------------------------
 
 
-async def _rv_conc(path: Path, workers: int, per: int) -> float:
+async def _rv_conc(path: Where, workers: int, per: int) -> float:
     app = rv_app(path)
     log = app.event_log(Counter)
 
@@ -201,7 +254,7 @@ async def _rv_conc(path: Path, workers: int, per: int) -> float:
 # -- 3. ten events per transaction --------------------------------------------------------------
 
 
-async def _rv_batch(path: Path, n_tx: int) -> float:
+async def _rv_batch(path: Where, n_tx: int) -> float:
     app = rv_app(path)
     log = app.event_log(Counter)
     async with app:
@@ -217,7 +270,7 @@ async def _rv_batch(path: Path, n_tx: int) -> float:
     return n_tx * 10 / dt
 
 
-def _es_batch(path: Path, n_tx: int) -> float:
+def _es_batch(path: Where, n_tx: int) -> float:
     app = EsApp(env=es_env(path))
     try:
         c = EsCounter()
@@ -256,7 +309,7 @@ def _raw_batch(path: Path, n_tx: int) -> float:
 # -- 4. bulk append ------------------------------------------------------------------------------
 
 
-async def _rv_bulk_concurrent(path: Path, aggs: int, per: int) -> float:
+async def _rv_bulk_concurrent(path: Where, aggs: int, per: int) -> float:
     app = rv_app(path)
     log = app.event_log(Counter)
     events = [Incremented(by=1) for _ in range(per)]
@@ -270,7 +323,7 @@ async def _rv_bulk_concurrent(path: Path, aggs: int, per: int) -> float:
     return aggs * per / dt
 
 
-async def _rv_bulk_calls(path: Path, total: int, per_call: int) -> float:
+async def _rv_bulk_calls(path: Where, total: int, per_call: int) -> float:
     app = rv_app(path)
     log = app.event_log(Counter)
     events = [Incremented(by=1) for _ in range(per_call)]
@@ -284,7 +337,7 @@ async def _rv_bulk_calls(path: Path, total: int, per_call: int) -> float:
     return calls * per_call / dt
 
 
-def _es_bulk(path: Path, aggs: int, per: int) -> float:
+def _es_bulk(path: Where, aggs: int, per: int) -> float:
     app = EsApp(env=es_env(path))
     try:
         counters = []
@@ -324,7 +377,7 @@ def _raw_bulk(path: Path, aggs: int, per: int) -> float:
 # -- 5. load a long aggregate ------------------------------------------------------------------
 
 
-async def _rv_load(path: Path, n_events: int, repeats: int, snapshot_every: int) -> float:
+async def _rv_load(path: Where, n_events: int, repeats: int, snapshot_every: int) -> float:
     app = rv_app(path, snapshot_every)
     log = app.event_log(Counter)
     async with app:
@@ -348,7 +401,7 @@ async def _rv_load(path: Path, n_events: int, repeats: int, snapshot_every: int)
     return repeats / dt
 
 
-def _es_load(path: Path, n_events: int, repeats: int, snapshots: bool) -> float:
+def _es_load(path: Where, n_events: int, repeats: int, snapshots: bool) -> float:
     app = (EsSnapApp if snapshots else EsApp)(env=es_env(path))
     try:
         c = EsCounter()  # version 1: Created
@@ -409,7 +462,7 @@ def _raw_load(path: Path, n_events: int, repeats: int, snapshots: bool) -> float
 # -- 6. collector catch-up into an SQL read model ----------------------------------------------
 
 
-async def _rv_catchup(path: Path, aggs: int, per: int) -> float:
+async def _rv_catchup(path: Where, aggs: int, per: int) -> float:
     pre = rv_app(path)
     log = pre.event_log(Counter)
     events = [Incremented(by=1) for _ in range(per)]

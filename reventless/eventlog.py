@@ -153,15 +153,8 @@ class Topic:
     async def _pages(
         self, from_offset: int, page_size: int, upto: int | None = None
     ) -> AsyncIterator[list[StoredRow]]:
-        next_offset = from_offset
-        while True:
-            rows = await self.store.read(self.name, next_offset, page_size, upto=upto)
-            if not rows:
-                return
+        async for rows in self.store.stream(self.name, from_offset, page_size, upto=upto):
             yield rows
-            next_offset = rows[-1][0] + 1
-            if len(rows) < page_size:
-                return
 
     async def read_batches(
         self, from_offset: int = 1, *, batch_size: int = 10_000, upto: int | None = None

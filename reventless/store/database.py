@@ -101,6 +101,7 @@ class Database:
             self._write_lock = _file_lock(self.url.database)
         self.paramstyle = "qmark"
         self.integrity_errors: tuple[type[Exception], ...] = (sa.exc.IntegrityError,)
+        self.operational_errors: tuple[type[Exception], ...] = (sqlite3.OperationalError,)
         self._quote: Callable[[str], str] = lambda n: n
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -195,6 +196,7 @@ class Database:
         """Adopt the SQL text conventions (quoting, parameter marks) of ``dialect``."""
         self.paramstyle = "qmark" if dialect.paramstyle == "qmark" else "format"
         self.integrity_errors = (sa.exc.IntegrityError, dialect.loaded_dbapi.IntegrityError)
+        self.operational_errors = (dialect.loaded_dbapi.OperationalError,)
         self._quote = dialect.identifier_preparer.quote
 
     async def open(self) -> None:
@@ -261,12 +263,17 @@ class Database:
         lock = self._write_lock
         if lock is not None:
             lock.acquire()
+        conn: Connection | None = None
         try:
             conn = self._writer_conn()
             with conn.begin():
                 return fn(conn)
         except sa.exc.OperationalError as exc:
             raise StoreError(f"store write failed: {exc.orig}") from exc
+        except self.operational_errors as exc:  # raised by the DBAPI cursor of a hot path
+            if conn is not None and not conn.closed:
+                conn.invalidate()  # the next transaction opens a fresh connection
+            raise StoreError(f"store write failed: {exc}") from exc
         finally:
             if lock is not None:
                 lock.release()
@@ -322,15 +329,21 @@ class Database:
         """Run ``fn`` in one read transaction (a consistent snapshot) on the calling thread."""
         if self.is_memory:  # the one shared connection, used by the writer thread
             return self.write_sync(fn)
-        conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is None or conn.closed or conn.invalidated:
-            conn = self._local.conn = self.reader_engine.connect()
-            self._reader_conns.append(conn)
-        try:
-            with conn.begin():
-                return fn(conn)
-        except sa.exc.OperationalError as exc:
-            raise StoreError(f"store read failed: {exc.orig}") from exc
+        for attempt in (1, 2):
+            conn: Connection | None = getattr(self._local, "conn", None)
+            try:
+                if conn is None or conn.closed or conn.invalidated:
+                    conn = self._local.conn = self.reader_engine.connect()
+                    self._reader_conns.append(conn)
+                with conn.begin():
+                    return fn(conn)
+            except sa.exc.OperationalError as exc:
+                # A read is safe to repeat once on a fresh connection (server restarted,
+                # connection killed); a second failure is reported.
+                if attempt == 1 and exc.connection_invalidated:
+                    continue
+                raise StoreError(f"store read failed: {exc.orig}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one write transaction on the writer thread."""

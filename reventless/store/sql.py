@@ -14,7 +14,7 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -35,6 +35,7 @@ from .append import (
     TableInfo,
 )
 from .database import Database, table_name
+from .stream import cursor_pages, keyset_pages
 
 log = logging.getLogger("reventless.store")
 
@@ -353,6 +354,22 @@ class SqlEventStore:
             params += (upto,)
         sql += f" ORDER BY _offset LIMIT {int(limit)}"
         return await self.db.read(lambda conn: _fetch(conn, sql, params))
+
+    def stream(
+        self, topic: str, from_offset: int, page_size: int, *, upto: int | None = None
+    ) -> AsyncIterator[list[StoredRow]]:
+        """The topic from ``from_offset`` (to ``upto``) in pages of ``page_size`` rows."""
+        if self.db.is_sqlite:
+            return keyset_pages(
+                lambda off, n: self.read(topic, off, n, upto=upto), from_offset, page_size
+            )
+        mark = self.db.mark
+        sql = f"{self._entry(topic).select_sql} WHERE _offset >= {mark}"
+        params: tuple[Any, ...] = (from_offset,)
+        if upto is not None:
+            sql += f" AND _offset <= {mark}"
+            params += (upto,)
+        return cursor_pages(self.db, sql + " ORDER BY _offset", params, page_size)
 
     async def read_stream(
         self, topic: str, aggregate_id: str, after_version: int

@@ -245,6 +245,10 @@ class StoreConformance:
         assert n == 25 and back.schema.equals(log.arrow_schema)
         assert back.column("_offset").to_pylist() == list(range(1, 26))
         assert [e.offset async for e in log.iter(20)] == [20, 21, 22, 23, 24, 25]
+        async for first in log.read_batches(batch_size=2):  # stopping early frees the reader
+            assert first.num_rows == 2
+            break
+        assert [e.offset async for e in log.iter(24, page_size=1)] == [24, 25]
 
     async def test_schema_topic_publish_and_mismatch_lands_nothing(self, app: rv.App) -> None:
         cdc = app.topics["cdc.orders"]

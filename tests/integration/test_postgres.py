@@ -1,0 +1,106 @@
+"""PostgreSQL under concurrency and faults."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+from pydantic import BaseModel
+
+import reventless as rv
+from tests.integration.pg_writers import write
+from tests.model import Counter, Increment, Incremented
+
+pytestmark = pytest.mark.postgres
+
+
+class Seen(BaseModel):
+    offset: int
+    aggregate: str
+
+
+seen = rv.ReadModel("seen_offsets", row=Seen, key="offset")
+
+
+@seen.on(Incremented)
+def _seen(ev: rv.Envelope[Incremented]) -> rv.Upsert[Seen]:
+    assert ev.aggregate_id is not None
+    return rv.Upsert(Seen(offset=ev.offset, aggregate=ev.aggregate_id))
+
+
+@pytest.mark.slow
+async def test_concurrent_processes_gapless_and_a_live_collector_skips_nothing(
+    pg_url: str,
+) -> None:
+    procs, per = 4, 150
+    app = rv.App(
+        store=pg_url,
+        options=rv.AppOptions(collector=rv.CollectorOptions(page_size=50, poll_interval=5.0)),
+    )
+    log = app.event_log(Counter)
+    view = app.collect(seen)
+    async with app:  # the collector runs while the other processes write
+        loop = asyncio.get_running_loop()
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(procs, mp_context=ctx) as pool:
+            landed = await asyncio.gather(
+                *(loop.run_in_executor(pool, write, pg_url, w, per) for w in range(procs))
+            )
+        total = procs * (per + per // 10)
+        assert landed == [per + per // 10] * procs
+        # poll_interval is 5 s: catching up this fast needs the LISTEN/NOTIFY wake-ups
+        await asyncio.wait_for(view.wait_caught_up(), 4.0)
+        rows = await app.store.db.read(
+            lambda c: c.exec_driver_sql(
+                f"SELECT _offset, _aggregate_id, _version FROM {app.store.table_of('Counter')} "
+                "ORDER BY _offset"
+            ).all()
+        )
+        assert [r[0] for r in rows] == list(range(1, total + 1))  # gapless, no duplicates
+        versions: dict[str, list[int]] = {}
+        for _, agg, v in rows:
+            versions.setdefault(agg, []).append(v)
+        assert all(vs == list(range(1, len(vs) + 1)) for vs in versions.values())
+        assert len(versions["shared"]) == procs * (per // 10)
+        got = sorted(r.offset for r in await view.all())
+        assert got == list(range(1, total + 1))  # the collector saw every offset once
+        assert (await log.load("shared")).value == procs * (per // 10)
+
+
+async def test_unique_violation_is_the_framework_concurrency_error(pg_url: str) -> None:
+    app = rv.App(store=pg_url)
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("a", Increment())
+        with pytest.raises(rv.ConcurrencyError):
+            await log.append("a", [Incremented()], expected_version=0)
+
+
+async def test_killed_connections_give_a_typed_error_and_recover(pg_url: str) -> None:
+    import psycopg
+
+    app = rv.App(store=pg_url)
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("a", Increment())
+        dbname = app.store.db.url.database
+        with psycopg.connect(
+            f"host=127.0.0.1 user=postgres dbname={dbname}", autocommit=True
+        ) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (dbname,),
+            )
+        outcomes = []
+        for _ in range(3):
+            try:
+                outcomes.append(await log.execute("a", Increment()))
+            except rv.StoreError as exc:  # typed, never a driver exception
+                outcomes.append(exc)
+        assert isinstance(outcomes[-1], rv.ExecuteResult)  # the store reconnected
+        landed = sum(isinstance(o, rv.ExecuteResult) for o in outcomes)
+        log.forget()
+        assert (await log.load("a")).value == 1 + landed  # nothing half-written
