@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast lint services bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,11 +18,15 @@ demo: $(STAMP)
 	$(BIN)/python -m examples.shop $(DEMO_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check reventless tests examples bench
-	$(BIN)/ruff format --check reventless tests examples bench
+	$(BIN)/ruff check reventless tests examples bench conftest.py
+	$(BIN)/ruff format --check reventless tests examples bench conftest.py
 	$(BIN)/mypy
 
-test: lint
+# Local services the suite talks to (started if they are down; see infra/local/).
+services:
+	bash infra/local/postgres.sh
+
+test: lint services
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

@@ -36,8 +36,8 @@ from .workloads import (
     check,
     es_env,
     perf,
-    rv_app,
     run_async,
+    rv_app,
 )
 
 Conn = psycopg.Connection[Any]
@@ -110,12 +110,12 @@ def _raw_copy(db: PgDb, aggs: int, per: int, binary: bool) -> float:
         for i in range(aggs)
         for v in range(1, per + 1)
     ]
-    with con.transaction(), con.cursor() as cur:
-        with cur.copy(RAW_COPY_BINARY if binary else RAW_COPY_TEXT) as copy:
-            if binary:
-                copy.set_types(RAW_TYPES)
-            for row in rows:
-                copy.write_row(row)
+    sql = RAW_COPY_BINARY if binary else RAW_COPY_TEXT
+    with con.transaction(), con.cursor() as cur, cur.copy(sql) as copy:
+        if binary:
+            copy.set_types(RAW_TYPES)
+        for row in rows:
+            copy.write_row(row)
     dt = perf() - t0
     check(raw_count(con) == aggs * per, "raw bulk count")
     con.close()
@@ -164,12 +164,11 @@ def _raw_load(db: PgDb, n_events: int, repeats: int, snapshots: bool) -> float:
 
 def _raw_catchup(db: PgDb, aggs: int, per: int, page: int = 2000) -> float:
     con = raw_connect(db)
-    with con.transaction(), con.cursor() as cur:
-        with cur.copy(RAW_COPY_BINARY) as copy:
-            copy.set_types(RAW_TYPES)
-            for i in range(aggs):
-                for v in range(1, per + 1):
-                    copy.write_row((f"cu-{i}", v, "Incremented", RAW_DATA))
+    with con.transaction(), con.cursor() as cur, cur.copy(RAW_COPY_BINARY) as copy:
+        copy.set_types(RAW_TYPES)
+        for i in range(aggs):
+            for v in range(1, per + 1):
+                copy.write_row((f"cu-{i}", v, "Incremented", RAW_DATA))
     con.close()
 
     t0 = perf()
@@ -275,9 +274,7 @@ async def _rv_settings(db: PgDb) -> tuple[str, ...]:
     app.event_log(Counter)
     async with app:
         return await app.store.db.write(
-            lambda c: tuple(
-                str(c.exec_driver_sql(f"SHOW {s}").scalar()) for s in SESSION_SETTINGS
-            )
+            lambda c: tuple(str(c.exec_driver_sql(f"SHOW {s}").scalar()) for s in SESSION_SETTINGS)
         )
 
 

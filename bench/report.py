@@ -15,6 +15,21 @@ from .workloads import SYSTEMS, Workload
 
 Results = dict[str, dict[str, list[float]]]  # workload key -> system -> one value per rep
 
+RAW_LABEL = {"sqlite": "raw sqlite3", "postgres": "raw psycopg"}
+
+#: eventsourcing on PostgreSQL as measured in the issue, on this machine (events/s).
+ISSUE_ES_PG = {"seq_append": 680.0, "batch10": 5100.0}
+
+
+@dataclass(frozen=True)
+class PgInfo:
+    """What the PostgreSQL run was measured against."""
+
+    server: str
+    settings: dict[str, str]  # SHOW <server-wide setting>
+    sessions: dict[str, tuple[str, ...]]  # contender -> pg.SESSION_SETTINGS on its connection
+
+
 ANALYSIS_START = "<!-- analysis:start -->"
 ANALYSIS_END = "<!-- analysis:end -->"
 
@@ -108,12 +123,10 @@ def ratio(a: Stat | None, b: Stat | None) -> str:
 
 
 def stats_for(w: Workload, results: Results) -> dict[str, Stat | None]:
-    mine = results.get(w.key, {})
-    peers = results.get(w.peer_from, {}) if w.peer_from else mine
     out: dict[str, Stat | None] = {}
     for system in SYSTEMS:
-        values = mine.get(system, []) if system == "reventless" else peers.get(system, [])
-        out[system] = Stat.of(values)
+        source = w.source(system) or w.key
+        out[system] = Stat.of(results.get(source, {}).get(system, []))
     return out
 
 
@@ -121,15 +134,18 @@ def rows(workloads: list[Workload], results: Results) -> list[list[str]]:
     out = []
     for i, w in enumerate(workloads, 1):
         st = stats_for(w, results)
-        mark = " †" if w.peer_from else ""
+
+        def shown(system: str, st: dict[str, Stat | None] = st, w: Workload = w) -> str:
+            return cell(st[system]) + (" †" if w.source(system) else "")
+
         out.append(
             [
                 str(i),
                 w.title,
                 w.unit,
-                cell(st["reventless"]),
-                cell(st["eventsourcing"]) + mark,
-                cell(st["raw"]) + mark,
+                shown("reventless"),
+                shown("eventsourcing"),
+                shown("raw"),
                 ratio(st["reventless"], st["eventsourcing"]),
                 ratio(st["reventless"], st["raw"]),
             ]
@@ -137,21 +153,25 @@ def rows(workloads: list[Workload], results: Results) -> list[list[str]]:
     return out
 
 
-HEADER = [
-    "#",
-    "workload",
-    "unit",
-    "reventless",
-    "eventsourcing",
-    "raw sqlite3",
-    "rv/es",
-    "rv/raw",
-]
+def header(store: str = "sqlite") -> list[str]:
+    return [
+        "#",
+        "workload",
+        "unit",
+        "reventless",
+        "eventsourcing",
+        RAW_LABEL[store],
+        "rv/es",
+        "rv/raw",
+    ]
 
 
-def console_table(workloads: list[Workload], results: Results) -> str:
+HEADER = header()
+
+
+def console_table(workloads: list[Workload], results: Results, store: str = "sqlite") -> str:
     body = rows(workloads, results)
-    table = [HEADER, *body]
+    table = [header(store), *body]
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
     lines = []
     for j, r in enumerate(table):
@@ -196,6 +216,7 @@ def median(results: Results, key: str, system: str) -> float | None:
 
 
 def targets(results: Results) -> list[list[str]]:
+    """SQLite targets."""
     out: list[list[str]] = []
 
     def row(name: str, want: str, got: str, ok: bool | None) -> None:
@@ -233,39 +254,98 @@ def targets(results: Results) -> list[list[str]]:
     return out
 
 
-def markdown(
+def pg_targets(results: Results) -> list[list[str]]:
+    """PostgreSQL targets (from the issue)."""
+    out: list[list[str]] = []
+
+    def row(name: str, want: str, got: str, ok: bool) -> None:
+        out.append([name, want, got, "met" if ok else "NOT met"])
+
+    for key, label, unit in (
+        ("seq_append", "sequential, 1 event/tx", "cmd/s"),
+        ("conc_append", "64 concurrent, 1 event/command", "cmd/s"),
+        ("batch10", "10 events/tx", "events/s"),
+    ):
+        rv_ = median(results, key, "reventless")
+        peer = "seq_append" if key == "conc_append" else key
+        es = median(results, peer, "eventsourcing")
+        if rv_ is None or es is None:
+            continue
+        issue = ISSUE_ES_PG[peer]
+        row(
+            f"per-command append vs eventsourcing ({label})",
+            f">= 1.5x eventsourcing (issue: es {fmt(issue)}/s)",
+            f"{rv_ / es:.2f}x ({fmt(rv_)} vs {fmt(es)} {unit}); "
+            f"{rv_ / issue:.2f}x the issue's es number",
+            rv_ / es >= 1.5,
+        )
+    raw = median(results, "bulk_concurrent", "raw")
+    for key in ("bulk_concurrent", "bulk_calls"):
+        rv_ = median(results, key, "reventless")
+        if rv_ is not None and raw is not None:
+            row(
+                f"bulk append vs raw COPY binary ({key})",
+                ">= 60% of raw COPY binary",
+                f"{100 * rv_ / raw:.0f}% ({fmt(rv_)} vs {fmt(raw)} events/s)",
+                rv_ / raw >= 0.6,
+            )
+    rv_ = median(results, "catchup", "reventless")
+    if rv_ is not None:
+        row(
+            "collector catch-up into a PostgreSQL read model",
+            ">= 30,000 events/s",
+            f"{fmt(rv_)} events/s",
+            rv_ >= 30_000,
+        )
+    return out
+
+
+def timed_rows(workloads: list[Workload], level: str, only: str) -> list[str]:
+    """One subsection per workload: the code inside the timed region, per contender."""
+    parts: list[str] = []
+    for i, w in enumerate(workloads, 1):
+        parts.append(f"{level} {i}. {w.title} (`{only} {w.key}`)")
+        parts.append("")
+        for system in SYSTEMS:
+            code = w.timed.get(system, "-")
+            size = w.sizes.get(system)
+            extra = f" ({size})" if size else ""
+            parts.append(f"- {system}{extra}: `{code}`")
+        borrowed: dict[str, list[str]] = {}
+        for system in SYSTEMS:
+            src = w.source(system)
+            if src:
+                borrowed.setdefault(src, []).append(system)
+        for src, systems in borrowed.items():
+            who = "peers" if systems == ["eventsourcing", "raw"] else ", ".join(systems)
+            parts.append(f"- † {who}: the numbers of row `{src}` are repeated as the baseline.")
+        parts.append("")
+    return parts
+
+
+def latency_table(workloads: list[Workload], results: Results, store: str) -> list[str]:
+    lat = latency_rows(workloads, results)
+    if not lat:
+        return []
+    return [
+        "Load latency, ms per load (median (min-max)):",
+        "",
+        md_table(
+            ["workload", "reventless", "eventsourcing", RAW_LABEL[store]], [list(r) for r in lat]
+        ),
+        "",
+    ]
+
+
+def sqlite_section(
     *,
     workloads: list[Workload],
     results: Results,
-    reps: int,
-    quick: bool,
-    command: str,
     durability: dict[str, tuple[str, str]],
     runner_probe: str,
-    previous: str | None,
-    machine_info: dict[str, str],
-) -> str:
+) -> list[str]:
     sync_names = {"0": "OFF", "1": "NORMAL", "2": "FULL", "3": "EXTRA"}
-    m = machine_info
     parts = [
-        "# Benchmarks",
-        "",
-        "reventless vs the [eventsourcing](https://pypi.org/project/eventsourcing/) library "
-        "vs raw `sqlite3`, all on a SQLite **file** in a temporary directory.",
-        "",
-        f"Generated by `{command}` ({'quick smoke run' if quick else 'full run'}, "
-        f"{reps} repetitions). Each repetition runs every workload for every contender, "
-        "interleaved (the order of the contenders rotates from one repetition to the next), "
-        "each on a fresh database file; cells show the **median (min-max)** over the "
-        "repetitions. Ratios compare medians; > 1 means reventless is faster.",
-        "",
-        "Reproduce one row, from the repository root: `.venv/bin/pip install -e '.[bench]'` then "
-        "`.venv/bin/python -m bench --only <key>` (keys below).",
-        "",
-        "## Machine",
-        "",
-        md_table(["", ""], [[k, v] for k, v in m.items()]),
-        "",
         "## Durability",
         "",
         "All three run with the same durability: **WAL journal, `synchronous=FULL`** "
@@ -288,24 +368,13 @@ def markdown(
         "",
         "## Results",
         "",
-        md_table(HEADER, rows(workloads, results)),
+        md_table(header("sqlite"), rows(workloads, results)),
         "",
         "† the peer has no equivalent mode, so these cells repeat the peer's number from the "
         "workload named below (as the ratio's baseline); they are not a separate "
         "measurement.",
         "",
-    ]
-    lat = latency_rows(workloads, results)
-    if lat:
-        parts += [
-            "Load latency, ms per load (median (min-max)):",
-            "",
-            md_table(
-                ["workload", "reventless", "eventsourcing", "raw sqlite3"], [list(r) for r in lat]
-            ),
-            "",
-        ]
-    parts += [
+        *latency_table(workloads, results, "sqlite"),
         "## Targets",
         "",
         md_table(["target", "wanted", "measured (median)", "verdict"], targets(results)),
@@ -322,21 +391,7 @@ def markdown(
         '`catchup`. The raw table is `events("offset" INTEGER PRIMARY KEY, aggregate_id, '
         "version, type, data, UNIQUE(aggregate_id, version))` with a JSON payload.",
         "",
-    ]
-    for i, w in enumerate(workloads, 1):
-        parts.append(f"### {i}. {w.title} (`--only {w.key}`)")
-        parts.append("")
-        for system in SYSTEMS:
-            code = w.timed.get(system, "-")
-            size = w.sizes.get(system)
-            extra = f" ({size})" if size else ""
-            parts.append(f"- {system}{extra}: `{code}`")
-        if w.peer_from:
-            parts.append(
-                f"- † peers: the numbers of row `{w.peer_from}` are repeated as the baseline."
-            )
-        parts.append("")
-    parts += [
+        *timed_rows(workloads, "###", "--only"),
         "## Notes",
         "",
         "- Per-transaction rows (`seq_append`, `batch10`) are bounded by one fsync per "
@@ -364,6 +419,190 @@ def markdown(
         "once per page (`CollectorOptions.page_size`, 2000); raw does the same per 2000.",
         "",
     ]
+    return parts
+
+
+def pg_section(*, workloads: list[Workload], results: Results, info: PgInfo) -> list[str]:
+    from .pg import SESSION_SETTINGS
+
+    version = info.settings.get("server_version", "?")
+    same = all(
+        dict(zip(SESSION_SETTINGS, v, strict=True)).get("synchronous_commit") == "on"
+        and dict(zip(SESSION_SETTINGS, v, strict=True)).get("fsync") == "on"
+        for v in info.sessions.values()
+    )
+    verdict = (
+        "All three run with PostgreSQL's default durability, unchanged: **`fsync=on`, "
+        "`synchronous_commit=on`** (every commit returns only after its WAL record is "
+        f"flushed to disk with `{info.settings.get('wal_sync_method', '?')}`; "
+        f"`commit_delay={info.settings.get('commit_delay', '?')}`, no server-side group "
+        "commit delay)."
+        if same
+        else "**WARNING: the contenders do not all run with `fsync=on` and "
+        "`synchronous_commit=on`** (see below): the rows are not comparable."
+    )
+    parts = [
+        "## PostgreSQL",
+        "",
+        "The same workloads against a local PostgreSQL server "
+        f"({version} at `{info.server}`): reventless on its store URL "
+        "`postgresql+psycopg://postgres@HOST:PORT/DB` (psycopg 3), eventsourcing on "
+        "`eventsourcing.postgres` (`PERSISTENCE_MODULE=eventsourcing.postgres`, "
+        "`POSTGRES_DBNAME`/`POSTGRES_HOST`/`POSTGRES_PORT`/`POSTGRES_USER`/"
+        "`POSTGRES_PASSWORD` (empty: trust authentication), everything else its defaults), "
+        "and raw psycopg 3 on the same 4-column row shape as raw `sqlite3`. Every "
+        "measurement gets a fresh database created for it (`CREATE DATABASE "
+        "rvbench_<run>_<n>_<row>`), and a `CHECKPOINT` before the clock starts so that no "
+        "contender pays for flushing the previous one's writes; the run drops all its "
+        "databases at the end (`DROP DATABASE ... WITH (FORCE)`). Cells, repetitions and "
+        "interleaving as above.",
+        "",
+        "Reproduce one row: `.venv/bin/pip install -e '.[bench]'`, `bash "
+        "infra/local/postgres.sh` (starts the server if it is down), then "
+        "`.venv/bin/python -m bench --store postgres --only <key>` (keys below; "
+        "`PGHOST`/`PGPORT`/`PGUSER` select another server).",
+        "",
+        "### Durability (PostgreSQL)",
+        "",
+        verdict,
+        "",
+        "Server settings (`SHOW`, at run time):",
+        "",
+        md_table(["setting", "value"], [[k, f"`{v}`"] for k, v in info.settings.items()]),
+        "",
+        "Checked on each contender's own (write) connection at run time "
+        "(`synchronous_commit` can be changed per session):",
+        "",
+        md_table(["contender", *SESSION_SETTINGS], [[k, *v] for k, v in info.sessions.items()]),
+        "",
+        "### Results (PostgreSQL)",
+        "",
+        md_table(header("postgres"), rows(workloads, results)),
+        "",
+        "† not measured in this row (the contender has no equivalent mode, or the row is a "
+        "raw-only reference): the cell repeats the contender's number from the row named "
+        "below, as the ratio's baseline; it is not a separate measurement.",
+        "",
+        *latency_table(workloads, results, "postgres"),
+        "### Targets (PostgreSQL)",
+        "",
+        md_table(["target", "wanted", "measured (median)", "verdict"], pg_targets(results)),
+        "",
+        "### What each row times (PostgreSQL)",
+        "",
+        "As on SQLite: only the code shown is timed; setup, preloading and warm-up are "
+        'outside it, and a sanity check follows it. The raw table is `events("offset" '
+        "bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, aggregate_id text, version "
+        "bigint, type text, data text, UNIQUE (aggregate_id, version))`, written on an "
+        "autocommit psycopg connection with explicit transactions (`conn.transaction()`).",
+        "",
+        *timed_rows(workloads, "####", "--store postgres --only"),
+        "### Notes (PostgreSQL)",
+        "",
+        "- Every commit waits for a WAL flush, so per-transaction rows (`seq_append`, "
+        "`batch10`) are bounded by the flush rate; the raw column is the ceiling.",
+        "- Offsets differ in what they guarantee. raw takes ids from an identity sequence "
+        "(neither gapless nor in commit order: a reader tailing by id can skip a row that "
+        "commits late). reventless reserves gapless per-topic offsets by bumping the "
+        "topic's counter row in `rv_topics` inside the appending transaction (the row lock "
+        "is held to commit, so offsets commit in order) and sends `pg_notify` with each "
+        "commit (LISTEN/NOTIFY wake-up for collectors of other processes). eventsourcing "
+        "takes `LOCK TABLE ... IN EXCLUSIVE MODE` in every insert transaction for the "
+        "same reason and inserts through `unnest()` of a composite-type array, returning "
+        "the notification ids.",
+        "- reventless writes groups of >= 64 rows with `COPY ... FROM STDIN (FORMAT "
+        "BINARY)` and smaller ones with `executemany`; `bulk_concurrent` is one group "
+        "commit (one COPY of all rows), `bulk_calls` one COPY per call.",
+        "- `conc_append`: as on SQLite, eventsourcing has no async API and commits each "
+        "`save` on its own, so its baseline is its sequential number.",
+        "- `bulk_copy_text` is a raw-only reference row: the same 100k rows with COPY's "
+        "text format (psycopg formats each value as text; the server parses it).",
+        "- Catch-up: on PostgreSQL eventsourcing's documented `ProjectionRunner` works (its "
+        "subscription uses LISTEN/NOTIFY), so the row uses it: the clock starts before the "
+        "runner is constructed (like reventless's `app.start()`, this includes creating "
+        "the view's tables and opening connections) and stops when the view's tracking "
+        "record reaches the last notification id (polled every 5 ms; `runner.wait()` polls "
+        "with a back-off of up to 0.8 s). Its view commits once per event, so it runs on "
+        "fewer events; the rate is per event either way. reventless commits rows and "
+        "checkpoint once per page (`CollectorOptions.page_size`, 2000); raw does the same "
+        "per 2000.",
+        "",
+    ]
+    return parts
+
+
+def markdown(
+    *,
+    plans: dict[str, list[Workload]],
+    results: dict[str, Results],
+    reps: int,
+    quick: bool,
+    command: str,
+    durability: dict[str, tuple[str, str]],
+    runner_probe: str,
+    pg_info: PgInfo | None,
+    previous: str | None,
+    machine_info: dict[str, str],
+) -> str:
+    stores = [s for s, ws in plans.items() if ws]
+    m = dict(machine_info)
+    if pg_info is not None and "postgres" in stores:
+        m["PostgreSQL server"] = pg_info.settings.get("server_version", "?")
+        for dist in ("psycopg", "psycopg-pool"):
+            try:
+                m[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                m[dist] = "not installed"
+    if stores == ["sqlite"]:
+        intro = (
+            "reventless vs the [eventsourcing](https://pypi.org/project/eventsourcing/) "
+            "library vs raw `sqlite3`, all on a SQLite **file** in a temporary directory."
+        )
+        fresh = "each on a fresh database file"
+        reproduce = "`.venv/bin/python -m bench --only <key>` (keys below)."
+    else:
+        intro = (
+            "reventless vs the [eventsourcing](https://pypi.org/project/eventsourcing/) "
+            "library vs the raw driver, on a SQLite **file** in a temporary directory (raw "
+            "`sqlite3`) and on **PostgreSQL** (raw `psycopg`; [its own section]"
+            "(#postgresql) below the SQLite one)."
+            if "sqlite" in stores
+            else "reventless vs the [eventsourcing](https://pypi.org/project/eventsourcing/) "
+            "library vs raw `psycopg`, all on **PostgreSQL**."
+        )
+        fresh = "each on a fresh database (SQLite file or PostgreSQL database)"
+        reproduce = (
+            "`.venv/bin/python -m bench --only <key>` (keys below; add `--store postgres` "
+            "for the PostgreSQL rows)."
+        )
+    parts = [
+        "# Benchmarks",
+        "",
+        intro,
+        "",
+        f"Generated by `{command}` ({'quick smoke run' if quick else 'full run'}, "
+        f"{reps} repetitions). Each repetition runs every workload for every contender, "
+        "interleaved (the order of the contenders rotates from one repetition to the next), "
+        f"{fresh}; cells show the **median (min-max)** over the "
+        "repetitions. Ratios compare medians; > 1 means reventless is faster.",
+        "",
+        "Reproduce one row, from the repository root: `.venv/bin/pip install -e '.[bench]'` then "
+        + reproduce,
+        "",
+        "## Machine",
+        "",
+        md_table(["", ""], [[k, v] for k, v in m.items()]),
+        "",
+    ]
+    if "sqlite" in stores:
+        parts += sqlite_section(
+            workloads=plans["sqlite"],
+            results=results["sqlite"],
+            durability=durability,
+            runner_probe=runner_probe,
+        )
+    if "postgres" in stores and pg_info is not None:
+        parts += pg_section(workloads=plans["postgres"], results=results["postgres"], info=pg_info)
     if previous:
         parts += [ANALYSIS_START, previous.strip(), ANALYSIS_END, ""]
     return "\n".join(parts)

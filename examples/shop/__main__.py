@@ -17,9 +17,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
 import reventless as rv
 from examples.customer.model import Register
 from examples.shop.model import AddStock, PlaceOrder, build
+from reventless.store import Database
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -32,6 +36,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=64, help="commands in flight")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--keep", action="store_true", help="keep an existing SQLite file")
+    p.add_argument(
+        "--reset",
+        action="store_true",
+        help="drop reventless tables (rv_*, ev_*, rm_*) first (needed on a used server store)",
+    )
     return p.parse_args(argv)
 
 
@@ -56,6 +65,27 @@ async def _run_all(
     return time.perf_counter() - started
 
 
+async def _fresh(url: str, reset: bool) -> bool:
+    """True when the store has no reventless tables (after dropping them, with ``reset``)."""
+    db = Database(url)
+    await db.open()
+    try:
+
+        def work(conn: Connection) -> bool:
+            names = [
+                n for n in sa.inspect(conn).get_table_names() if n[:3] in ("rv_", "ev_", "rm_")
+            ]
+            if names and reset:
+                for n in names:
+                    conn.exec_driver_sql(f"DROP TABLE {db.q(n)}")
+                return True
+            return not names
+
+        return await db.write(work)
+    finally:
+        await db.close()
+
+
 async def main(argv: list[str] | None = None) -> int:
     a = _args(argv)
     if a.store.startswith("sqlite:///") and not a.keep:
@@ -63,6 +93,9 @@ async def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         for suffix in ("", "-wal", "-shm"):
             Path(str(path) + suffix).unlink(missing_ok=True)
+    elif not await _fresh(a.store, a.reset):
+        print("the store already holds reventless tables: pass --reset to drop them first")
+        return 2
     rng = random.Random(a.seed)
     shop = build(a.store, a.broker)
     app = shop.app

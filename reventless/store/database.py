@@ -62,7 +62,7 @@ class StoreOptions:
 
     synchronous: str = "FULL"
     busy_timeout_ms: int = 60_000
-    read_threads: int = 2
+    read_threads: int | None = None  # default: 2 for SQLite, 4 for a server
     inline_writes: bool = True
 
 
@@ -206,9 +206,8 @@ class Database:
             if self.is_memory:
                 self._readers = self._writer  # one shared connection: one thread
             else:
-                self._readers = ThreadPoolExecutor(
-                    self.options.read_threads, thread_name_prefix="rv-reader"
-                )
+                threads = self.options.read_threads or (2 if self.is_sqlite else 4)
+                self._readers = ThreadPoolExecutor(threads, thread_name_prefix="rv-reader")
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._writer, self.open_sync)
 
