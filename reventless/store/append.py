@@ -94,9 +94,7 @@ class Appender:
             for i in order:
                 results[i] = self._careful(cur, reqs[i], savepoint=True)
         cur.execute("RELEASE SAVEPOINT rv_group")
-        done = [r for r in results if r is not None]
-        self._notify(cur, [r for r in done if isinstance(r, AppendResult)])
-        return done
+        return [r for r in results if r is not None]
 
     def _careful(
         self, cur: Any, req: AppendRequest, *, savepoint: bool
@@ -113,8 +111,6 @@ class Appender:
             result = exc
         if savepoint:
             cur.execute("RELEASE SAVEPOINT rv_one")
-        elif isinstance(result, AppendResult):
-            self._notify(cur, [result])
         return result
 
     def _bump(self, cur: Any, topic: str, n: int) -> int:
@@ -123,13 +119,20 @@ class Appender:
             cur.execute(f"SELECT MAX(_offset) FROM {self.db.q(self.table_of(topic).table)}")
             return int(cur.fetchone()[0] or 0) + 1
         mark = self.db.mark
+        # The same round trip queues the commit-time NOTIFY "topic:head" (dropped with
+        # the savepoint if this append is rolled back): collectors of every process on
+        # the store wake up (LISTEN rv_events) instead of polling.
         cur.execute(
-            f"UPDATE rv_topics SET head = head + {mark} WHERE name = {mark} RETURNING head",
+            f"UPDATE rv_topics SET head = head + {mark} WHERE name = {mark} "
+            f"RETURNING head, pg_notify('{NOTIFY_CHANNEL}', name || ':' || head::text)",
             (n, topic),
         )
         return int(cur.fetchone()[0]) - n + 1
 
     def _insert(self, cur: Any, info: TableInfo, rows: Sequence[StoredRow]) -> None:
+        if len(rows) == 1:
+            cur.execute(info.insert_sql, rows[0])
+            return
         if self.db.is_sqlite or len(rows) < COPY_THRESHOLD:
             cur.executemany(info.insert_sql, rows)
             return
@@ -139,20 +142,6 @@ class Appender:
             copy.set_types(info.pg_types)
             for row in rows:
                 copy.write_row(row)
-
-    def _notify(self, cur: Any, results: Sequence[AppendResult]) -> None:
-        # Delivered at commit, as "topic:last offset": wakes the collectors of every
-        # process on the store (LISTEN rv_events) instead of them polling.
-        if self.db.is_sqlite:
-            return
-        heads: dict[str, int] = {}
-        for r in results:
-            if not r.duplicate:
-                heads[r.topic] = max(heads.get(r.topic, 0), r.last_offset)
-        for topic, head in sorted(heads.items()):
-            cur.execute(
-                f"SELECT pg_notify('{NOTIFY_CHANNEL}', {self.db.mark})", (f"{topic}:{head}",)
-            )
 
     def _one(self, cur: Any, req: AppendRequest) -> AppendResult:
         if req.command_id is not None:
