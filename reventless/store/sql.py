@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..codec import META_NAMES, META_SQL_KINDS, Column
+from ..codec import META_FIELDS, META_NAMES, META_SQL_KINDS, Column
 from ..errors import SchemaMismatchError, StoreError
 from ..topic import TopicDef
 from . import tables
@@ -133,15 +133,8 @@ class SqlEventStore:
         md = sa.MetaData()
         name = table_name("ev_", topic.name)
         cols: list[sa.Column[Any]] = []
-        for meta_name, kind in zip(META_NAMES, META_SQL_KINDS, strict=True):
-            nullable = meta_name not in (
-                "_offset",
-                "_row_idx",
-                "_produced_at",
-                "_type",
-                "_schema_version",
-                "_msg_id",
-            )
+        for meta_field, kind in zip(META_FIELDS, META_SQL_KINDS, strict=True):
+            meta_name, nullable = meta_field.name, meta_field.nullable
             col_type = _KIND_TYPES[kind]()
             if meta_name == "_offset":  # on SQLite: the rowid itself, no second index
                 col_type = col_type.with_variant(sa.Integer(), "sqlite")
