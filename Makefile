@@ -8,23 +8,25 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test test-fast lint services bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml adapters/nats/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -e adapters/nats
 	rm -f $(VENV)/.installed-* && touch $@
 
 demo: $(STAMP)
 	$(BIN)/python -m examples.shop $(DEMO_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check reventless tests examples bench conftest.py
-	$(BIN)/ruff format --check reventless tests examples bench conftest.py
+	$(BIN)/ruff check reventless adapters tests examples bench conftest.py
+	$(BIN)/ruff format --check reventless adapters tests examples bench conftest.py
 	$(BIN)/mypy
+	$(BIN)/mypy --strict adapters/nats/reventless_nats
 
 # Local services the suite talks to (started if they are down; see infra/local/).
 services:
 	bash infra/local/postgres.sh
+	bash infra/local/nats.sh
 
 test: lint services
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -90,3 +90,6 @@ def pg_url(pg_database: str) -> str:
     with psycopg.connect(plain, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     return f"{pg_database}?options=-csearch_path%3D{schema}"
+
+
+from tests.nats_server import nats_server, nats_url  # noqa: E402, F401  (nats fixtures)

@@ -1,0 +1,151 @@
+"""``NatsOptions``: the settings of a ``nats://`` broker URL, and the name mapping.
+
+Example::
+
+    NatsOptions.from_url("nats://127.0.0.1:4222?partitions=16&max_deliver=5")
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass, fields
+from urllib.parse import parse_qsl, urlsplit
+
+from reventless.errors import BrokerError
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+_PREFIX = re.compile(r"^[A-Za-z0-9_]+$")
+_CONVERT = {"int": int, "float": float, "str": str}
+
+
+def token(name: str) -> str:
+    """``name`` as one NATS name/subject token: ``[A-Za-z0-9_]`` only.
+
+    A name that had to change gets a crc32 suffix, so ``a.b`` and ``a_b`` stay apart.
+    """
+    clean = _UNSAFE.sub("_", name)
+    if clean == name and name:
+        return name
+    return f"{clean}_{zlib.crc32(name.encode()):08x}"
+
+
+@dataclass(frozen=True, slots=True)
+class NatsOptions:
+    """Every knob of the adapter; each one (except ``servers``) is a URL query option.
+
+    Stream settings (``storage``, ``replicas``, ``dedup_window``, ``max_age``) apply when a
+    stream is created; an existing stream keeps its settings.
+    """
+
+    #: ``nats://host:port`` of each seed server (``nats://h1:4222,h2:4222`` in a URL).
+    servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
+    #: First subject token and stream-name prefix: ``rv`` -> ``rv.<topic>.<n>``, ``RV_<topic>``.
+    prefix: str = "rv"
+    #: Subjects per topic: a message goes to ``crc32(key) % partitions``.
+    partitions: int = 16
+    #: Deliveries of a message before the consumer gives up on it (-1: never).
+    max_deliver: int = 5
+    #: Messages per fetch (one handler call gets at most this many).
+    batch: int = 100
+    #: Publish acks in flight at once.
+    max_pending: int = 256
+    #: Seconds the server remembers a ``Nats-Msg-Id`` to drop duplicate publishes.
+    dedup_window: float = 120.0
+    #: Seconds a stream keeps messages (0: forever). The store is the record, not the stream.
+    max_age: float = 7 * 86400.0
+    #: ``file`` or ``memory`` stream storage.
+    storage: str = "file"
+    #: Stream replicas (clustered servers).
+    replicas: int = 1
+    #: Seconds before an unacked delivery is redelivered (kept alive while a handler runs).
+    ack_wait: float = 30.0
+    #: Seconds an idle fetch waits for a message before asking again.
+    fetch_wait: float = 1.0
+    #: Seconds ``publish`` waits for the server's acks before raising ``BrokerError``.
+    publish_timeout: float = 10.0
+    #: Redelivery delay after the first failed delivery (doubles per delivery).
+    backoff: float = 0.1
+    #: Upper bound of the redelivery delay and of the fetch loop's error backoff.
+    max_backoff: float = 5.0
+    #: Seconds between reconnect attempts to one server.
+    reconnect_wait: float = 0.5
+    #: Reconnect attempts per server after a lost connection (-1: forever).
+    max_reconnects: int = -1
+    #: Attempts per server when connecting first (``connect`` then raises ``BrokerError``).
+    connect_retries: int = 3
+    #: Seconds per TCP connect attempt.
+    connect_timeout: float = 2.0
+    #: Connection name (shown by the server's monitoring).
+    name: str = "reventless"
+
+    @classmethod
+    def from_url(cls, url: str) -> NatsOptions:
+        """Parse ``nats://[user:pass@]host:port[,host:port...][?option=value&...]``."""
+        parts = urlsplit(url)
+        if parts.scheme != "nats":
+            raise BrokerError(f"not a nats:// URL: {url!r}")
+        hosts = [h for h in (parts.netloc or "127.0.0.1:4222").split(",") if h]
+        known = {f.name: f for f in fields(cls) if f.name != "servers"}
+        values: dict[str, object] = {}
+        for key, raw in parse_qsl(parts.query, keep_blank_values=True):
+            f = known.get(key)
+            if f is None:
+                raise BrokerError(
+                    f"unknown nats:// option {key!r} in {url!r} (known: {', '.join(known)})"
+                )
+            try:
+                values[key] = _CONVERT[str(f.type)](raw)
+            except ValueError:
+                raise BrokerError(f"nats:// option {key}={raw!r} is not a {f.type}") from None
+        opts = cls(servers=tuple(f"nats://{h}" for h in hosts), **values)  # type: ignore[arg-type]
+        opts.validate()
+        return opts
+
+    def validate(self) -> None:
+        """Raise ``BrokerError`` for settings the server or the adapter cannot use."""
+        problems = []
+        if not self.servers:
+            problems.append("no servers")
+        if not _PREFIX.match(self.prefix):
+            problems.append(f"prefix {self.prefix!r} must be [A-Za-z0-9_]+")
+        for name in ("partitions", "batch", "max_pending", "replicas"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1")
+        if self.max_deliver == 0 or self.max_deliver < -1:
+            problems.append("max_deliver must be >= 1 (or -1: unlimited)")
+        for name in ("dedup_window", "ack_wait", "fetch_wait", "publish_timeout", "backoff"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0")
+        if self.max_age < 0:
+            problems.append("max_age must be >= 0 (0: keep forever)")
+        if self.max_age and self.dedup_window > self.max_age:
+            problems.append("dedup_window must not exceed max_age")
+        if self.storage not in ("file", "memory"):
+            problems.append(f"storage must be 'file' or 'memory', not {self.storage!r}")
+        if self.connect_retries < 0:
+            problems.append("connect_retries must be >= 0")
+        if problems:
+            raise BrokerError("bad nats:// options: " + "; ".join(problems))
+
+    # -- the mapping ------------------------------------------------------------------------
+
+    def stream_name(self, topic: str) -> str:
+        """The stream holding ``topic``: ``RV_<topic>``."""
+        return f"{self.prefix.upper()}_{token(topic)}"
+
+    def partition(self, key: str) -> int:
+        """The partition of a message key: ``crc32(key) % partitions``."""
+        return zlib.crc32(key.encode()) % self.partitions
+
+    def subject(self, topic: str, key: str) -> str:
+        """The subject a message of ``topic`` with ``key`` is published to."""
+        return f"{self.prefix}.{token(topic)}.{self.partition(key)}"
+
+    def subjects(self, topic: str) -> str:
+        """All subjects of ``topic`` (the stream's subject and every consumer's filter)."""
+        return f"{self.prefix}.{token(topic)}.>"
+
+    def durable_name(self, group: str) -> str:
+        """The durable consumer name of ``group`` (one consumer per group on each stream)."""
+        return token(group)
