@@ -28,7 +28,6 @@ from .codec import META_NAMES
 from .collect.deadletter import list_sync
 from .errors import ReventlessError
 from .store.database import Database
-from .store.sql import heads_sync
 
 
 def _print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -49,28 +48,34 @@ async def _with_db(url: str, fn: Any) -> Any:
         await db.close()
 
 
-def _db_of(conn: Connection) -> Database:
-    db = Database(conn.engine.url.render_as_string(hide_password=False))
-    db.open_dialect(conn.dialect)
-    return db
-
-
 def _topics(conn: Connection) -> tuple[list[Any], list[Any]]:
     rows = conn.exec_driver_sql(
-        "SELECT name, kind, tenant, table_name FROM rv_topics ORDER BY name"
+        "SELECT name, kind, tenant, partitions, table_name FROM rv_topics ORDER BY name"
     ).all()
-    heads = heads_sync(_db_of(conn), conn)
-    topics = [(n, k, t, heads.get(n, 0), tb) for n, k, t, tb in rows]
+    heads: dict[tuple[str, int], int] = {}
+    for name, _, _, _, table in rows:
+        sql = f'SELECT _partition, MAX(_offset) FROM "{table}" GROUP BY _partition'
+        heads.update({(name, int(p)): int(h) for p, h in conn.exec_driver_sql(sql).all()})
+    topics = [
+        (n, k, t, parts, max((h for (tn, _), h in heads.items() if tn == n), default=0), tb)
+        for n, k, t, parts, tb in rows
+    ]
+    lag: dict[tuple[str, str], list[int]] = {}
     cps = conn.exec_driver_sql(
-        'SELECT component, topic, "offset" FROM rv_checkpoints ORDER BY component, topic'
+        'SELECT component, topic, "partition", "offset" FROM rv_checkpoints '
+        "ORDER BY component, topic"
     ).all()
-    collectors = [(c, t, o, heads.get(t, 0) - o) for c, t, o in cps]
+    for c, t, p, o in cps:
+        entry = lag.setdefault((c, t), [0, 0])
+        entry[0] = max(entry[0], int(o))
+        entry[1] = max(entry[1], heads.get((t, int(p)), 0) - int(o))
+    collectors = [(c, t, cp, behind) for (c, t), (cp, behind) in lag.items()]
     return list(topics), collectors
 
 
 async def cmd_topics(a: argparse.Namespace) -> int:
     topics, collectors = await _with_db(a.store, _topics)
-    _print_table(["topic", "kind", "tenant", "head", "table"], topics)
+    _print_table(["topic", "kind", "tenant", "partitions", "head", "table"], topics)
     print()
     _print_table(["collector", "topic", "checkpoint", "lag"], collectors)
     return 0

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from .codec import TopicSchema
+from .codec import FIELDS_AT, TopicSchema
 from .errors import (
     AggregateNotFoundError,
     ConcurrencyError,
@@ -38,7 +38,7 @@ from .ids import uuid7_strs
 from .spec import Aggregate, Command, Envelope, Event, Metadata
 from .store.append import AppendRequest, AppendResult, StoredRow
 from .store.sql import SqlEventStore
-from .topic import TopicDef
+from .topic import TopicDef, partition_of
 
 A = TypeVar("A", bound=Aggregate)
 _EMPTY_META = Metadata()
@@ -78,7 +78,7 @@ class ExecuteResult:
 def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any]:
     """Decode one stored row into an ``Envelope`` (raises ``UnknownEventTypeError``)."""
     return Envelope(
-        event=schema.decode(row[5], row[14:]),
+        event=schema.decode(row[5], row[FIELDS_AT:]),
         topic=topic,
         offset=row[0],
         type=row[5],
@@ -200,11 +200,13 @@ class Topic:
         key_idx = [c.name for c in self.schema.columns].index(key) if key else None
         produced = _now_us()
         ids = uuid7_strs(len(fields))
+        keys = [None if key_idx is None else str(f[key_idx]) for f in fields]
+        parts = self.definition.partitions
         rows = [
             (
                 i,
                 produced,
-                None if key_idx is None else str(f[key_idx]),
+                keys[i],
                 None,
                 type_name,
                 1,
@@ -215,6 +217,7 @@ class Topic:
                 meta.service or self.service,
                 meta.ip,
                 tenant,
+                partition_of(keys[i], parts),
                 *f,
             )
             for i, f in enumerate(fields)
@@ -282,7 +285,7 @@ class EventLog(Topic, Generic[A]):
             agg = self.spec(id=aggregate_id)
         decode = self.schema.decode
         for r in rows:
-            agg.apply(decode(r[5], r[14:]))
+            agg.apply(decode(r[5], r[FIELDS_AT:]))
         return agg
 
     async def load(self, aggregate_id: str) -> A:
@@ -316,6 +319,7 @@ class EventLog(Topic, Generic[A]):
         ids = uuid7_strs(len(events))
         if correlation is None:
             correlation = ids[0]
+        partition = partition_of(aggregate_id, self.definition.partitions)
         for i, e in enumerate(events):
             msg_id = ids[i]
             rows.append(
@@ -333,6 +337,7 @@ class EventLog(Topic, Generic[A]):
                     service,
                     meta.ip,
                     tenant,
+                    partition,
                     *self._encoders[e.event_type](e),
                 )
             )

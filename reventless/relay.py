@@ -18,10 +18,13 @@ import pyarrow as pa
 from sqlalchemy.engine import Connection
 
 from .broker import Broker, Message
+from .codec import META_NAMES
 from .errors import ReventlessError
 from .store.append import AppendResult, StoredRow
 from .store.sql import SqlEventStore, heads_sync
 from .topic import TopicDef
+
+PARTITION_AT = META_NAMES.index("_partition")
 
 log = logging.getLogger("reventless.relay")
 
@@ -42,16 +45,41 @@ def decode_batch(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(data).read_all()
 
 
-def message_for(topic: TopicDef, rows: list[StoredRow]) -> Message:
-    """One broker message carrying a contiguous offset range of ``topic``."""
+def message_for(topic: TopicDef, partition: int, rows: list[StoredRow], prev: int) -> Message:
+    """One broker message: rows of one partition of ``topic``, in offset order.
+
+    ``rv-prev`` is the partition's previous offset (0: none), so a consumer can tell a
+    gap (it has not seen ``prev`` yet) from a duplicate; the key is the partition.
+    """
     first, last = rows[0][0], rows[-1][0]
     return Message(
         topic=topic.name,
         data=encode_batch(topic.schema.to_arrow(rows)),
-        msg_id=f"{topic.name}:{first}-{last}",
-        headers={"rv-first": str(first), "rv-last": str(last), "rv-count": str(len(rows))},
-        key=topic.name,
+        msg_id=f"{topic.name}:{partition}:{first}-{last}",
+        headers={
+            "rv-first": str(first),
+            "rv-last": str(last),
+            "rv-count": str(len(rows)),
+            "rv-prev": str(prev),
+        },
+        key=str(partition),
     )
+
+
+def messages_for(topic: TopicDef, rows: list[StoredRow], last: dict[int, int]) -> list[Message]:
+    """Split a contiguous page into per-partition messages; ``last`` tracks each
+    partition's last published offset (updated)."""
+    if topic.partitions == 1:
+        by_part = {0: rows}
+    else:
+        by_part = {}
+        for r in rows:
+            by_part.setdefault(r[PARTITION_AT], []).append(r)
+    out = []
+    for p, part in by_part.items():
+        out.append(message_for(topic, p, part, last.get(p, 0)))
+        last[p] = part[-1][0]
+    return out
 
 
 class Relay:
@@ -75,6 +103,7 @@ class Relay:
         self._persisted: dict[str, int] = {}
         self._buffer: dict[str, deque[StoredRow]] = {n: deque() for n in self.topics}
         self._known: dict[str, int] = {}
+        self._last: dict[str, dict[int, int]] = {n: {} for n in self.topics}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -104,6 +133,10 @@ class Relay:
         self.published = {n: positions[n] for n in names}
         heads = await self.store.heads()
         self._known = {n: heads.get(n, 0) for n in names}
+        lasts = await self.store.partition_heads(names, upto=self.published)
+        for (name, p), off in lasts.items():
+            if off:
+                self._last[name][p] = off
         self._persisted = dict(self.published)
         self.store.commit_listeners.append(self.on_commit)
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -168,7 +201,9 @@ class Relay:
                 rows = await self.store.read(name, done + 1, _PAGE, upto=upto)
             if not rows:
                 return
-            await self.broker.publish([message_for(topic, rows)])
+            last = dict(self._last[name])
+            await self.broker.publish(messages_for(topic, rows, last))
+            self._last[name] = last
             self.published[name] = rows[-1][0]
 
     async def _persist(self) -> None:

@@ -8,7 +8,7 @@ Example::
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -28,6 +28,16 @@ class Message:
     msg_id: str
     headers: Mapping[str, str] = field(default_factory=dict)
     key: str = ""
+
+    @property
+    def partition(self) -> int | None:
+        """The topic partition the message belongs to (its key), if it has one."""
+        return int(self.key) if self.key.isdigit() else None
+
+
+def wanted(partitions: Collection[int] | None, msg: Message) -> bool:
+    """Whether a subscriber restricted to ``partitions`` (None: all) takes ``msg``."""
+    return partitions is None or msg.partition is None or msg.partition in partitions
 
 
 #: Receives the messages available right now (at least one, in order per key).
@@ -54,8 +64,18 @@ class Broker(Protocol):
     async def publish(self, messages: Sequence[Message]) -> None:
         """Send messages; raise ``BrokerError`` if the broker did not take them."""
 
-    async def subscribe(self, group: str, topics: Sequence[str], handler: Handler) -> Subscription:
-        """Join consumer ``group`` on ``topics``; ``handler`` receives batches."""
+    async def subscribe(
+        self,
+        group: str,
+        topics: Sequence[str],
+        handler: Handler,
+        *,
+        partitions: Collection[int] | None = None,
+    ) -> Subscription:
+        """Join consumer ``group`` on ``topics``; ``handler`` receives batches.
+
+        ``partitions`` restricts delivery to messages of those topic partitions (a
+        member of a collector group); the rest are acknowledged without delivery."""
         ...
 
     async def close(self) -> None:
@@ -91,4 +111,4 @@ def open_broker(url: str) -> Broker:
     return broker  # type: ignore[no-any-return]
 
 
-__all__ = ["SCHEMES", "Broker", "Handler", "Message", "Subscription", "open_broker"]
+__all__ = ["SCHEMES", "Broker", "Handler", "Message", "Subscription", "open_broker", "wanted"]

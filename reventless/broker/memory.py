@@ -6,11 +6,11 @@ import asyncio
 import logging
 import random
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import BrokerError
-from . import Handler, Message
+from . import Handler, Message, wanted
 
 log = logging.getLogger("reventless.broker")
 
@@ -18,6 +18,7 @@ log = logging.getLogger("reventless.broker")
 @dataclass(slots=True)
 class _Member:
     handler: Handler
+    partitions: Collection[int] | None = None
     queue: asyncio.Queue[Message] = field(default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
 
@@ -29,10 +30,11 @@ class _Group:
         self.members: list[_Member] = []
 
     def route(self, msg: Message) -> _Member | None:
-        if not self.members:
+        members = [m for m in self.members if wanted(m.partitions, msg)]
+        if not members:
             return None
         # Per-key order: one key always goes to the same member of the group.
-        return self.members[hash(msg.key) % len(self.members)]
+        return members[hash(msg.key) % len(members)]
 
 
 class InMemorySubscription:
@@ -113,7 +115,12 @@ class InMemoryBroker:
                         member.queue.put_nowait(msg)
 
     async def subscribe(
-        self, group: str, topics: Sequence[str], handler: Handler
+        self,
+        group: str,
+        topics: Sequence[str],
+        handler: Handler,
+        *,
+        partitions: Collection[int] | None = None,
     ) -> InMemorySubscription:
         """Join consumer ``group`` for ``topics``; ``handler`` gets what is queued, in order."""
         g = self._groups.get(group)
@@ -121,7 +128,7 @@ class InMemoryBroker:
             g = self._groups[group] = _Group(group, topics)
         else:
             g.topics.update(topics)
-        member = _Member(handler)
+        member = _Member(handler, None if partitions is None else frozenset(partitions))
         g.members.append(member)
         member.task = asyncio.get_running_loop().create_task(self._consume(group, member))
         return InMemorySubscription(self, g, member)

@@ -19,7 +19,15 @@ Example::
 
 from __future__ import annotations
 
-from .columns import META_FIELDS, META_NAMES, META_SQL_KINDS, Column, SqlKind
+from .columns import FIELDS_AT, META_FIELDS, META_NAMES, META_SQL_KINDS, Column, SqlKind
 from .schema import TopicSchema
 
-__all__ = ["META_FIELDS", "META_NAMES", "META_SQL_KINDS", "Column", "SqlKind", "TopicSchema"]
+__all__ = [
+    "FIELDS_AT",
+    "META_FIELDS",
+    "META_NAMES",
+    "META_SQL_KINDS",
+    "Column",
+    "SqlKind",
+    "TopicSchema",
+]

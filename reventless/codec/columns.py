@@ -25,7 +25,15 @@ _LO, _HI = -(2**63), 2**63 - 1
 # one shared encoder: json.dumps with options builds a new JSONEncoder per call
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _loads = json.loads
-_NOT_NULL = ("_offset", "_row_idx", "_produced_at", "_type", "_schema_version", "_msg_id")
+_NOT_NULL = (
+    "_offset",
+    "_row_idx",
+    "_produced_at",
+    "_type",
+    "_schema_version",
+    "_msg_id",
+    "_partition",
+)
 
 META_FIELDS: tuple[pa.Field, ...] = tuple(
     pa.field(n, t, nullable=n not in _NOT_NULL)
@@ -40,12 +48,16 @@ META_FIELDS: tuple[pa.Field, ...] = tuple(
         ("_msg_id", pa.string()),
         *((n, pa.string()) for n in ("_correlation_id", "_causation_id", "_user")),
         *((n, pa.string()) for n in ("_service", "_ip", "_tenant")),
+        ("_partition", pa.int32()),
     ]
 )
 """The log's metadata columns, in storage order, before every topic's field columns."""
 
 META_NAMES: tuple[str, ...] = tuple(f.name for f in META_FIELDS)
 """Names of ``META_FIELDS``, same order."""
+
+FIELDS_AT = len(META_NAMES)
+"""Index of the first field column in a stored row."""
 
 META_SQL_KINDS: tuple[SqlKind, ...] = tuple(
     "text" if pa.types.is_string(f.type) else "int" for f in META_FIELDS

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker, Message, Subscription
+from ..codec import META_NAMES
 from ..errors import Rejected, SpecError
 from ..eventlog import EventLog, command_id_for, envelope_of
 from ..relay import decode_batch
@@ -45,6 +46,8 @@ from .table import ReadModelTable
 log = logging.getLogger("reventless.collect")
 
 Failed = list[tuple[Envelope[Any], str, int]]
+Part = tuple[str, int]  # (topic, partition)
+PARTITION_AT = META_NAMES.index("_partition")
 LogResolver = Callable[[type[Aggregate] | str], EventLog[Any]]
 
 
@@ -52,11 +55,16 @@ LogResolver = Callable[[type[Aggregate] | str], EventLog[Any]]
 class CollectorOptions:
     """``page_size``: events per catch-up transaction; ``poll_interval``: seconds between
     store polls (the safety net when the broker is down); ``grace``: how long a wake-up
-    waits for live delivery before reading the store."""
+    waits for live delivery before reading the store. ``members``/``member``: this
+    process is member ``member`` of a group of ``members`` processes running the same
+    collector; it owns the topic partitions ``p`` with ``p % members == member``, so
+    each aggregate is handled by one member, in order."""
 
     page_size: int = 2000
     poll_interval: float = 0.5
     grace: float = 0.05
+    members: int = 1
+    member: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +82,8 @@ def _err(exc: BaseException) -> str:
 
 
 class Collector:
-    """A running component: a named durable subscription with a checkpoint per topic."""
+    """A running component: a named durable subscription with a checkpoint per topic
+    partition (``CollectorOptions.members``/``member`` share partitions in a group)."""
 
     def __init__(
         self,
@@ -91,8 +100,16 @@ class Collector:
         self.store, self.db, self.broker = store, store.db, broker
         self.topics = dict(topics)
         self.dispatch = {t: dict(d) for t, d in dispatch.items()}
-        self.options = options or CollectorOptions()
-        self.checkpoints: dict[str, int] = {}
+        self.options = opts = options or CollectorOptions()
+        if not 0 <= opts.member < opts.members:
+            raise SpecError(f"{self.name}: member must be 0..{opts.members - 1}")
+        #: The partitions this member owns, per topic.
+        self.owned: dict[str, list[int]] = {
+            n: [p for p in range(t.partitions) if p % opts.members == opts.member]
+            for n, t in self.topics.items()
+        }
+        #: Last processed offset per (topic, partition).
+        self.checkpoints: dict[Part, int] = {}
         self.parked: set[tuple[str, str]] = set()
         self.processed = 0
         self._lock = asyncio.Lock()
@@ -108,19 +125,30 @@ class Collector:
         names = list(self.topics)
         q = self.db.q
 
-        def load(conn: Connection) -> tuple[dict[str, int], set[tuple[str, str]]]:
+        def load(conn: Connection) -> tuple[dict[Part, int], set[tuple[str, str]]]:
             sql = (
-                f"SELECT topic, {q('offset')} FROM rv_checkpoints WHERE component = {self.db.mark}"
+                f"SELECT topic, {q('partition')}, {q('offset')} FROM rv_checkpoints "
+                f"WHERE component = {self.db.mark}"
             )
-            got = {str(t): int(o) for t, o in conn.exec_driver_sql(sql, (self.name,)).all()}
+            got = {
+                (str(t), int(p)): int(o)
+                for t, p, o in conn.exec_driver_sql(sql, (self.name,)).all()
+            }
             return got, deadletter.parked_sync(self.db, conn, self.name)
 
         got, self.parked = await self.db.read(load)
-        self.checkpoints = {n: got.get(n, 0) for n in names}
-        self._sub = await self.broker.subscribe(self.name, names, self._on_messages)
+        self.checkpoints = {(n, p): got.get((n, p), 0) for n in names for p in self.owned[n]}
+        opts = self.options
+        grouped = opts.members > 1
+        self._sub = await self.broker.subscribe(
+            f"{self.name}.m{opts.member}of{opts.members}" if grouped else self.name,
+            names,
+            self._on_messages,
+            partitions=sorted({p for ps in self.owned.values() for p in ps}) if grouped else None,
+        )
         async with self._lock:
-            for n in names:
-                await self._catch_up(n)
+            for part in list(self.checkpoints):
+                await self._catch_up(part)
         self._poller = asyncio.get_running_loop().create_task(self._poll())
 
     async def stop(self) -> None:
@@ -145,18 +173,26 @@ class Collector:
         """True while processing is paused."""
         return not self._running.is_set()
 
+    async def _behind(self, heads: Mapping[Part, int] | None = None) -> dict[Part, int]:
+        """Owned partitions whose head is past the checkpoint, with that head."""
+        if heads is None:
+            heads = await self.store.partition_heads(list(self.topics))
+        return {k: heads.get(k, 0) for k, cp in self.checkpoints.items() if heads.get(k, 0) > cp}
+
     async def lag(self) -> dict[str, int]:
-        """Per topic: head offset minus checkpoint."""
-        heads = await self.store.heads()
-        return {t: max(0, heads.get(t, 0) - cp) for t, cp in self.checkpoints.items()}
+        """Per topic: how far (in offsets) the furthest-behind owned partition is."""
+        heads = await self.store.partition_heads(list(self.topics))
+        out = dict.fromkeys(self.topics, 0)
+        for (t, p), cp in self.checkpoints.items():
+            out[t] = max(out[t], heads.get((t, p), 0) - cp)
+        return out
 
     async def wait_caught_up(self, timeout: float = 30.0) -> None:
-        """Return once every topic's checkpoint has reached the head seen at call time."""
-        heads = await self.store.heads()
-        target = {t: heads.get(t, 0) for t in self.checkpoints}
+        """Return once every owned partition's checkpoint reaches the head seen at call time."""
+        target = await self._behind()
 
         async def wait() -> None:
-            while any(self.checkpoints[t] < h for t, h in target.items()):
+            while any(self.checkpoints[k] < h for k, h in target.items()):
                 await asyncio.sleep(0.005)
 
         await asyncio.wait_for(wait(), timeout)
@@ -164,8 +200,9 @@ class Collector:
     # -- delivery --------------------------------------------------------------------------
 
     async def _on_messages(self, msgs: Sequence[Message]) -> None:
-        # Rows of consecutive messages of one topic become one batch: one transaction.
-        pending: list[tuple[str, list[StoredRow]]] = []
+        # Rows of consecutive messages of one topic partition become one batch: one
+        # transaction.
+        pending: list[tuple[str, int | None, list[StoredRow], int | None]] = []
         for msg in msgs:
             topic = self.topics.get(msg.topic)
             if topic is None:
@@ -173,35 +210,60 @@ class Collector:
             rows = topic.schema.from_arrow_rows(decode_batch(msg.data), with_meta=True)
             if not rows:
                 continue
+            prev_h = msg.headers.get("rv-prev")
+            prev = int(prev_h) if prev_h and prev_h.isdigit() else None
             last = pending[-1] if pending else None
-            if last and last[0] == msg.topic and last[1][-1][0] + 1 == rows[0][0]:
-                last[1].extend(rows)
+            if last and (last[0], last[1]) == (msg.topic, msg.partition) and prev == last[2][-1][0]:
+                last[2].extend(rows)
             else:
-                pending.append((msg.topic, rows))
-        for name, rows in pending:
-            await self.deliver(name, rows)
+                pending.append((msg.topic, msg.partition, rows, prev))
+        for name, _, rows, prev in pending:
+            await self.deliver(name, rows, prev=prev)
 
-    async def deliver(self, topic: str, rows: list[StoredRow]) -> None:
-        """Process a batch of stored rows of ``topic`` (live delivery), filling gaps first."""
+    async def deliver(self, topic: str, rows: list[StoredRow], *, prev: int | None = None) -> None:
+        """Process live rows of ``topic`` in offset order, filling gaps from the store first.
+
+        ``prev`` is the offset of the partition's event before ``rows`` (as the relay
+        sends it); without it a gap is looked for in the store."""
+        by_part: dict[int, list[StoredRow]] = {}
+        for r in rows:
+            by_part.setdefault(r[PARTITION_AT], []).append(r)
         async with self._lock:
             await self._running.wait()
-            if rows[0][0] > self.checkpoints[topic] + 1:
-                await self._catch_up(topic, upto=rows[0][0] - 1)
-            cp = self.checkpoints[topic]
-            fresh = [r for r in rows if r[0] > cp]
-            if fresh and fresh[0][0] == cp + 1:
-                await self._process_rows(topic, fresh)
+            for p, part in by_part.items():
+                key = (topic, p)
+                if key not in self.checkpoints:
+                    continue  # another member's partition
+                first, cp = part[0][0], self.checkpoints[key]
+                if self.topics[topic].partitions == 1:
+                    gap = first > cp + 1  # one partition: the topic's offsets are contiguous
+                else:  # without the relay's rv-prev header, look in the store
+                    gap = prev > cp if prev is not None else first > cp + 1
+                if gap:
+                    await self._catch_up(key, upto=first - 1)
+                cp = self.checkpoints[key]
+                fresh = [r for r in part if r[0] > cp]
+                if fresh:
+                    await self._process_rows(key, fresh)
 
-    async def _catch_up(self, topic: str, upto: int | None = None) -> None:
+    async def _catch_up(self, key: Part, upto: int | None = None) -> None:
+        topic, partition = key
+        single = self.topics[topic].partitions == 1
         while True:
             await self._running.wait()
-            cp = self.checkpoints[topic]
+            cp = self.checkpoints[key]
             if upto is not None and cp >= upto:
                 return
-            rows = await self.store.read(topic, cp + 1, self.options.page_size, upto=upto)
+            rows = await self.store.read(
+                topic,
+                cp + 1,
+                self.options.page_size,
+                upto=upto,
+                partition=None if single else partition,
+            )
             if not rows:
                 return
-            await self._process_rows(topic, rows)
+            await self._process_rows(key, rows)
 
     async def _poll(self) -> None:
         # Woken by commits (LISTEN/NOTIFY on PostgreSQL), else every poll_interval. Live
@@ -211,24 +273,35 @@ class Collector:
             woken = await self.store.wait_for_change(self.options.poll_interval)
             await asyncio.sleep(self.options.grace)
             try:
-                heads = self.store.known_heads if woken else await self.store.heads()
-                behind = [t for t, cp in self.checkpoints.items() if heads.get(t, 0) > cp]
+                if woken and self._quiet():
+                    continue
+                behind = await self._behind()
                 if behind and not self._lock.locked():
                     async with self._lock:
-                        for t in behind:
-                            await self._catch_up(t)
+                        for key in behind:
+                            await self._catch_up(key)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("collector %s: catch-up poll failed", self.name)
 
-    async def _process_rows(self, topic: str, rows: list[StoredRow]) -> None:
+    def _quiet(self) -> bool:
+        """Cheap in-memory check: nothing this collector reads moved past its checkpoints."""
+        known = self.store.known_heads
+        return all(
+            known.get(t, 0) <= self.checkpoints.get((t, 0), 0)
+            for t, topic in self.topics.items()
+            if topic.partitions == 1
+        ) and all(topic.partitions == 1 for topic in self.topics.values())
+
+    async def _process_rows(self, key: Part, rows: list[StoredRow]) -> None:
+        topic, partition = key
         handlers = self.dispatch.get(topic, {})
         schema = self.topics[topic].schema
         wildcard = "*" in handlers
         envs = [envelope_of(schema, topic, r) for r in rows if wildcard or r[5] in handlers]
-        await self.process(topic, envs, rows[-1][0])
-        self.checkpoints[topic] = rows[-1][0]
+        await self.process(topic, partition, envs, rows[-1][0])
+        self.checkpoints[key] = rows[-1][0]
         self.processed += len(rows)
 
     def handler_for(self, ev: Envelope[Any]) -> HandlerSpec:
@@ -247,27 +320,30 @@ class Collector:
         if ev.aggregate_id is not None:
             self.parked.add((ev.topic, ev.aggregate_id))
 
-    def checkpoint_sync(self, conn: Connection, topic: str, offset: int) -> None:
+    def checkpoint_sync(self, conn: Connection, topic: str, partition: int, offset: int) -> None:
         """Upsert this collector's checkpoint inside the caller's transaction."""
         q = self.db.q
         conn.exec_driver_sql(
-            f"INSERT INTO rv_checkpoints (component, topic, {q('offset')}) "
-            f"VALUES ({self.db.placeholders(3)}) ON CONFLICT (component, topic) "
+            f"INSERT INTO rv_checkpoints (component, topic, {q('partition')}, {q('offset')}) "
+            f"VALUES ({self.db.placeholders(4)}) "
+            f"ON CONFLICT (component, topic, {q('partition')}) "
             f"DO UPDATE SET {q('offset')} = excluded.{q('offset')}",
-            (self.name, topic, offset),
+            (self.name, topic, partition, offset),
         )
 
-    async def _commit(self, topic: str, offset: int, failed: Failed) -> None:
+    async def _commit(self, topic: str, partition: int, offset: int, failed: Failed) -> None:
         def work(conn: Connection) -> None:
             deadletter.record_sync(self.db, conn, self.name, failed)
-            self.checkpoint_sync(conn, topic, offset)
+            self.checkpoint_sync(conn, topic, partition, offset)
 
         await self.db.write(work)
 
     # -- kind-specific ---------------------------------------------------------------------
 
-    async def process(self, topic: str, envs: list[Envelope[Any]], checkpoint: int) -> None:
-        """Handle a batch and durably move the checkpoint to ``checkpoint``."""
+    async def process(
+        self, topic: str, partition: int, envs: list[Envelope[Any]], checkpoint: int
+    ) -> None:
+        """Handle a batch and durably move the partition's checkpoint to ``checkpoint``."""
         raise NotImplementedError
 
     async def redo(self, ev: Envelope[Any]) -> None:
@@ -359,13 +435,15 @@ class ReadModelCollector(Collector):
         table.write_sync(conn, changed)
         return failed
 
-    async def process(self, topic: str, envs: list[Envelope[Any]], checkpoint: int) -> None:
+    async def process(
+        self, topic: str, partition: int, envs: list[Envelope[Any]], checkpoint: int
+    ) -> None:
         """Rows, dead letters and checkpoint in one transaction."""
 
         def work(conn: Connection) -> None:
             failed = self.apply_sync(conn, envs) if envs else []
             deadletter.record_sync(self.db, conn, self.name, failed)
-            self.checkpoint_sync(conn, topic, checkpoint)
+            self.checkpoint_sync(conn, topic, partition, checkpoint)
 
         await self.db.write(work)
 
@@ -382,7 +460,9 @@ class _RetryingCollector(Collector):
     async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
         raise NotImplementedError
 
-    async def process(self, topic: str, envs: list[Envelope[Any]], checkpoint: int) -> None:
+    async def process(
+        self, topic: str, partition: int, envs: list[Envelope[Any]], checkpoint: int
+    ) -> None:
         # Per-aggregate order is kept; different aggregates are handled concurrently,
         # so the commands they cause share group commits.
         failed: Failed = []
@@ -405,7 +485,7 @@ class _RetryingCollector(Collector):
             await run(parts.pop(None))
         await asyncio.gather(*(run(p) for p in parts.values()))
         failed.sort(key=lambda f: f[0].offset)
-        await self._commit(topic, checkpoint, failed)
+        await self._commit(topic, partition, checkpoint, failed)
 
     async def _attempt(self, ev: Envelope[Any], failed: Failed) -> None:
         spec = self.handler_for(ev)

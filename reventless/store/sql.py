@@ -14,7 +14,7 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -153,6 +153,7 @@ class SqlEventStore:
             md,
             *cols,
             sa.UniqueConstraint("_aggregate_id", "_version", name=f"uq_{name}_version"),
+            sa.Index(f"ix_{name}_partition", "_partition", "_offset"),
         )
 
     @staticmethod
@@ -201,11 +202,17 @@ class SqlEventStore:
                         fingerprint=schema.fingerprint,
                         arrow_schema=encoded,
                         tenant=topic.tenant,
+                        partitions=topic.partitions,
                         head=0,
                         created_at=time.time_ns() // 1000,
                     )
                 )
                 return True
+            if row.partitions != topic.partitions:
+                raise SchemaMismatchError(
+                    f"topic {topic.name!r} was created with {row.partitions} partitions, "
+                    f"declared with {topic.partitions} (the count is fixed)"
+                )
             if row.tenant != topic.tenant:
                 raise SchemaMismatchError(
                     f"topic {topic.name!r} is stored pinned to tenant {row.tenant!r}, "
@@ -335,13 +342,23 @@ class SqlEventStore:
     # -- reading ---------------------------------------------------------------------------
 
     async def read(
-        self, topic: str, from_offset: int, limit: int, *, upto: int | None = None
+        self,
+        topic: str,
+        from_offset: int,
+        limit: int,
+        *,
+        upto: int | None = None,
+        partition: int | None = None,
     ) -> list[StoredRow]:
-        """Rows with ``from_offset <= _offset [<= upto]`` in offset order, at most ``limit``."""
+        """Rows with ``from_offset <= _offset [<= upto]`` (of one ``partition``, if given)
+        in offset order, at most ``limit``."""
         entry = self._entry(topic)
         mark = self.db.mark
         sql = f"{entry.select_sql} WHERE _offset >= {mark}"
         params: tuple[Any, ...] = (from_offset,)
+        if partition is not None:
+            sql += f" AND _partition = {mark}"
+            params += (partition,)
         if upto is not None:
             sql += f" AND _offset <= {mark}"
             params += (upto,)
@@ -423,6 +440,38 @@ class SqlEventStore:
         if topic not in heads:
             raise StoreError(f"topic {topic!r} does not exist")
         return heads[topic]
+
+    async def partition_heads(
+        self, topics: Sequence[str], *, upto: Mapping[str, int] | None = None
+    ) -> dict[tuple[str, int], int]:
+        """The last offset of every partition of ``topics`` (0 when a partition is empty),
+        or the last one at or before ``upto[topic]``."""
+        parts: list[tuple[str, int, str]] = []
+        for name in topics:
+            entry = self._entry(name)
+            parts += [(name, p, entry.table) for p in range(entry.topic.partitions)]
+        if not parts:
+            return {}
+        mark = self.db.mark
+        # One index lookup per partition (``ix_<table>_partition``), in one round trip.
+        bound = f" AND _offset <= {mark}" if upto is not None else ""
+        sql = " UNION ALL ".join(
+            f"SELECT {mark}, {mark}, MAX(_offset) FROM {self.db.q(t)} "
+            f"WHERE _partition = {mark}{bound}"
+            for _, _, t in parts
+        )
+        params = tuple(
+            x
+            for name, p, _ in parts
+            for x in ((name, p, p) if upto is None else (name, p, p, upto.get(name, 0)))
+        )
+
+        def work(conn: Connection) -> dict[tuple[str, int], int]:
+            return {
+                (str(t), int(p)): int(h or 0) for t, p, h in conn.exec_driver_sql(sql, params).all()
+            }
+
+        return await self.db.read(work)
 
     async def heads(self) -> dict[str, int]:
         """Head offsets of every topic in the store."""

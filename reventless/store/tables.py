@@ -18,6 +18,7 @@ topics = sa.Table(
     sa.Column("fingerprint", sa.String(64), nullable=False),
     sa.Column("arrow_schema", sa.Text, nullable=False),
     sa.Column("tenant", sa.String(200)),
+    sa.Column("partitions", sa.Integer, nullable=False),
     sa.Column("head", sa.BigInteger, nullable=False),
     sa.Column("created_at", sa.BigInteger, nullable=False),
 )
@@ -42,12 +43,14 @@ commands = sa.Table(
     sa.Column("aggregate_id", sa.String(400)),
 )
 
-#: Collector checkpoints: the last offset a component has fully processed, per topic.
+#: Collector checkpoints: per topic partition, the last offset a component has processed
+#: (every earlier event of that partition is done).
 checkpoints = sa.Table(
     "rv_checkpoints",
     metadata,
     sa.Column("component", sa.String(200), primary_key=True),
     sa.Column("topic", sa.String(200), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True),
     sa.Column("offset", sa.BigInteger, nullable=False),
 )
 

@@ -85,7 +85,7 @@ async def test_duplicated_and_reordered_deliveries_leave_the_model_identical(
                 topics={"Counter": reference.store.topic("Counter")},
                 dispatch={"Counter": {t.event_type: s for t, s in second.handlers.items()}},
             )
-            coll.checkpoints = {"Counter": 0}
+            coll.checkpoints = {("Counter", 0): 0}
             for b in batches:
                 await coll.deliver("Counter", b)
             got = await table_rows(reference, "counter_totals_2")

@@ -89,7 +89,7 @@ async def test_events_reach_the_read_model_through_jetstream(
         assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(ranges))
         assert sum(int(m.headers["rv-count"]) for m in msgs) == head
         assert all(
-            m.headers["Nats-Msg-Id"] == f"Counter:{a}-{b}"
+            m.headers["Nats-Msg-Id"] == f"Counter:0:{a}-{b}"
             for m, (a, b) in zip(msgs, ranges, strict=True)
         )
         assert all(m.subject.startswith(stream.split("_")[0].lower() + ".Counter.") for m in msgs)

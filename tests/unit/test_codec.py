@@ -148,7 +148,23 @@ def _instances(model: type[Event], kinds: list[Kind], shared: Kind | None) -> An
 
 def _meta(offset: int, produced: int, type_name: str) -> tuple[Any, ...]:
     agg, msg = f"a-{offset}", f"m-{offset}"
-    return (offset, 0, produced, agg, offset, type_name, 1, msg, "c", None, None, None, None, "t")
+    return (
+        offset,
+        0,
+        produced,
+        agg,
+        offset,
+        type_name,
+        1,
+        msg,
+        "c",
+        None,
+        None,
+        None,
+        None,
+        "t",
+        0,
+    )
 
 
 def _walk_types(t: Any) -> list[Any]:
@@ -307,7 +323,7 @@ def test_schema_and_fingerprint_are_deterministic() -> None:
 
 def test_meta_fields_contract() -> None:
     assert META_NAMES[:3] == ("_offset", "_row_idx", "_produced_at")
-    assert len(META_FIELDS) == len(META_NAMES) == len(META_SQL_KINDS) == 14
+    assert len(META_FIELDS) == len(META_NAMES) == len(META_SQL_KINDS) == 15
     assert META_FIELDS[2].type == pa.timestamp("us", tz="UTC")
     not_null = {f.name for f in META_FIELDS if not f.nullable}
     assert not_null == {
@@ -317,9 +333,17 @@ def test_meta_fields_contract() -> None:
         "_type",
         "_schema_version",
         "_msg_id",
+        "_partition",
     }
     ints = {n for n, k in zip(META_NAMES, META_SQL_KINDS, strict=True) if k == "int"}
-    assert ints == {"_offset", "_row_idx", "_produced_at", "_version", "_schema_version"}
+    assert ints == {
+        "_offset",
+        "_row_idx",
+        "_produced_at",
+        "_version",
+        "_schema_version",
+        "_partition",
+    }
 
 
 # -- conventions and errors ------------------------------------------------------------------
@@ -468,7 +492,7 @@ def test_cdc_topic_round_trip() -> None:
     }
     encode = topic.encoder("ignored")
     assert [encode(r) for r in table.to_pylist()] == fields
-    meta = (9, 0, 0, None, None, "cdc", 1, "m", None, None, None, None, None, None)
+    meta = (9, 0, 0, None, None, "cdc", 1, "m", None, None, None, None, None, None, 0)
     batch = topic.to_arrow([(*meta, *f) for f in fields])
     assert batch.select(CDC.names).equals(pa.RecordBatch.from_pylist(table.to_pylist(), schema=CDC))
     assert [r[len(META_NAMES) :] for r in topic.from_arrow_rows(batch, with_meta=True)] == fields
@@ -524,7 +548,7 @@ def test_arrow_topic_with_nested_and_temporal_columns() -> None:
     values = topic.encoder("")(row)
     assert values[0] == "2020-01-01T00:00:00.000000+00:00"
     assert topic.decode("", values) == row
-    meta = (1, 0, 0, None, None, "mixed", 1, "m", None, None, None, None, None, None)
+    meta = (1, 0, 0, None, None, "mixed", 1, "m", None, None, None, None, None, None, 0)
     batch = topic.to_arrow([(*meta, *values)])
     assert batch.to_pylist()[0]["info"] == row["info"]
     (back,) = topic.from_arrow_rows(batch, with_meta=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 import nats
@@ -367,16 +367,25 @@ class JetStreamBroker:
     # -- subscribe --------------------------------------------------------------------------
 
     async def subscribe(
-        self, group: str, topics: Sequence[str], handler: Handler
+        self,
+        group: str,
+        topics: Sequence[str],
+        handler: Handler,
+        *,
+        partitions: Collection[int] | None = None,
     ) -> JetStreamSubscription:
         """Join ``group`` on ``topics``: one durable pull consumer per (group, topic),
         shared by this process's members of the group (split by ``crc32(key)``)."""
         self._jetstream()
         async with self._subscribe_lock:
-            return await self._subscribe(group, topics, handler)
+            return await self._subscribe(group, topics, handler, partitions)
 
     async def _subscribe(
-        self, group: str, topics: Sequence[str], handler: Handler
+        self,
+        group: str,
+        topics: Sequence[str],
+        handler: Handler,
+        partitions: Collection[int] | None,
     ) -> JetStreamSubscription:
         joined: list[tuple[_Pump, _Member]] = []
         try:
@@ -387,7 +396,7 @@ class JetStreamBroker:
                     pump = _Pump(self, group, topic)
                     await pump._setup()  # errors reach the caller (bad config, no server)
                     self._pumps[(group, topic)] = pump
-                member = _Member(handler)
+                member = _Member(handler, None if partitions is None else frozenset(partitions))
                 pump.members.append(member)
                 joined.append((pump, member))
                 if fresh:

@@ -20,7 +20,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from reventless.broker import Handler, Message
+from reventless.broker import Handler, Message, wanted
 from reventless.errors import BrokerError
 
 from .options import NatsOptions
@@ -41,6 +41,7 @@ def _backoff(base: float, cap: float, attempt: int) -> float:
 @dataclass(eq=False, slots=True)
 class _Member:
     handler: Handler
+    partitions: frozenset[int] | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -163,8 +164,14 @@ class _Pump:
         parts: dict[int, list[_Delivery]] = {}
         for raw in raws:
             msg = self.broker._to_message(self.topic, raw)
-            slot = zlib.crc32(msg.key.encode()) % len(members) if len(members) > 1 else 0
+            slots = [i for i, m in enumerate(members) if wanted(m.partitions, msg)]
+            if not slots:  # another member's partition (collector groups): not ours
+                await _settle(raw.ack())
+                continue
+            slot = slots[zlib.crc32(msg.key.encode()) % len(slots)]
             parts.setdefault(slot, []).append(_Delivery(raw, msg))
+        if not parts:
+            return
         self.busy = True
         keepalive = asyncio.get_running_loop().create_task(self._keep_alive(raws))
         try:
