@@ -57,6 +57,7 @@ from .eventlog import EventLog, ExecuteResult, LogOptions, Topic
 from .ids import uuid7
 from .spec import Aggregate, Command, Envelope, Event, Metadata, applies, handles
 from .store import StoreOptions
+from .topic import partition_of
 
 __all__ = [
     "Aggregate",
@@ -101,5 +102,6 @@ __all__ = [
     "Upsert",
     "applies",
     "handles",
+    "partition_of",
     "uuid7",
 ]

@@ -56,6 +56,8 @@ class AppOptions:
     log: LogOptions = field(default_factory=LogOptions)
     collector: CollectorOptions = field(default_factory=CollectorOptions)
     relay_retry_interval: float = 0.5
+    #: Default partition count of new topics (fixed per topic once created).
+    partitions: int = 1
 
 
 class CollectorHandle:
@@ -174,16 +176,24 @@ class App:
         *,
         topic: str | None = None,
         tenant: str | None = None,
+        partitions: int | None = None,
         options: LogOptions | None = None,
     ) -> EventLog[A]:
-        """Declare the log of aggregate ``spec`` (built when the App starts)."""
+        """Declare the log of aggregate ``spec`` (built when the App starts).
+
+        ``partitions`` (default ``AppOptions.partitions``) is fixed when the topic is
+        first created; collector groups share a topic by partition."""
         if not (isinstance(spec, type) and issubclass(spec, Aggregate)) or spec is Aggregate:
             raise SpecError(f"event_log expects an Aggregate subclass, got {spec!r}")
         if spec in self._logs:
             return self._logs[spec]
         name = topic or spec.topic_name
         definition = TopicDef(
-            name, TopicSchema.from_events(name, spec.event_classes), "aggregate", tenant
+            name,
+            TopicSchema.from_events(name, spec.event_classes),
+            "aggregate",
+            tenant,
+            partitions=partitions or self.options.partitions,
         )
         log_ = EventLog(spec, definition, options=options or self.options.log, service=self.service)
         self._declare(log_)
@@ -198,10 +208,12 @@ class App:
         model: type[BaseModel] | None = None,
         tenant: str | None = None,
         key: str | None = None,
+        partitions: int | None = None,
     ) -> Topic:
         """Declare a schema topic from an Arrow schema or a pydantic model.
 
-        ``key`` names the column that partitions it (kept in order per key).
+        ``key`` names the column whose value is the row's aggregate id: rows of one key
+        stay in order, in one of ``partitions`` partitions.
         """
         if (schema is None) == (model is None):
             raise SpecError("topic() takes exactly one of schema= or model=")
@@ -213,7 +225,8 @@ class App:
         if key is not None and key not in {c.name for c in ts.columns}:
             raise SpecError(f"topic {name!r}: key {key!r} is not a column")
         kind: TopicKind = "arrow" if schema is not None else "model"
-        t = Topic(TopicDef(name, ts, kind, tenant, key), service=self.service)
+        parts = partitions or self.options.partitions
+        t = Topic(TopicDef(name, ts, kind, tenant, key, parts), service=self.service)
         self._declare(t)
         return t
 
