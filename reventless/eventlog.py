@@ -75,20 +75,35 @@ class ExecuteResult:
     duplicate: bool = False
 
 
+_META_CACHE: dict[tuple[Any, ...], Metadata] = {}
+
+
+def _meta_of(row: StoredRow) -> Metadata:
+    # Events of one command (and often of one caller) share their metadata: reuse the
+    # immutable object instead of building one per event.
+    key = row[8:14]
+    meta = _META_CACHE.get(key)
+    if meta is None:
+        if len(_META_CACHE) >= 4096:
+            _META_CACHE.clear()
+        meta = _META_CACHE[key] = Metadata.trusted(*key)
+    return meta
+
+
 def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any]:
     """Decode one stored row into an ``Envelope`` (raises ``UnknownEventTypeError``)."""
     return Envelope(
-        event=schema.decode(row[5], row[FIELDS_AT:]),
-        topic=topic,
-        offset=row[0],
-        type=row[5],
-        aggregate_id=row[3],
-        version=row[4],
-        msg_id=row[7],
-        produced_at_us=row[2],
-        meta=Metadata.trusted(row[8], row[9], row[10], row[11], row[12], row[13]),
-        schema_version=row[6],
-        row_idx=row[1],
+        schema.decode(row[5], row[FIELDS_AT:]),
+        topic,
+        row[0],
+        row[5],
+        row[3],
+        row[4],
+        row[7],
+        row[2],
+        _meta_of(row),
+        row[6],
+        row[1],
     )
 
 
