@@ -204,10 +204,13 @@ async def main(argv: list[str] | None = None) -> int:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    out = Path(a.out)
+    _write(Path(a.out), text)
+    return 0
+
+
+def _write(out: Path, text: str) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
-    return 0
 
 
 def run(argv: list[str] | None = None) -> Any:
