@@ -405,16 +405,23 @@ class ReadModelCollector(Collector):
         """Run the handlers over ``envs`` and write the final rows; returns failures."""
         table = self.table
         pairs = [(ev, self.handler_for(ev)) for ev in envs]
-        need = {spec.key(ev) for ev, spec in pairs if spec.wants_current}
+        keys = [spec.key(ev) if spec.wants_current else None for ev, spec in pairs]
+        need = {k for k, (_, spec) in zip(keys, pairs, strict=True) if spec.wants_current}
         state: dict[Any, Any] = table.fetch_sync(conn, list(need)) if need else {}
         changed: dict[Any, Any] = {}
         failed: Failed = []
-        for ev, spec in pairs:
-            if not redo and self.is_parked(ev):
+        row_type, key_field = table.model.row, table.model.key
+        check_parked = bool(self.parked) and not redo
+        for (ev, spec), key in zip(pairs, keys, strict=True):
+            if check_parked and self.is_parked(ev):
                 failed.append((ev, "parked behind an earlier dead letter of this aggregate", 0))
                 continue
             try:
-                out = spec.fn(ev, state.get(spec.key(ev))) if spec.wants_current else spec.fn(ev)
+                out = spec.fn(ev, state.get(key)) if spec.wants_current else spec.fn(ev)
+                if type(out) is Upsert and type(out.row) is row_type:  # the common case
+                    k = getattr(out.row, key_field)
+                    state[k] = changed[k] = out.row
+                    continue
                 staged: list[tuple[Any, Any]] = []
                 for op in as_ops(out):
                     if isinstance(op, Upsert):
