@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import signal
 import sys
 import tempfile
 import time
@@ -15,6 +16,13 @@ from . import pg
 from .pgserver import PgServer
 from .report import PgInfo, Results, console_table, fmt, machine, markdown, previous_analysis
 from .workloads import STORES, SYSTEMS, Sizes, Workload, build, durability, probe_projection_runner
+
+#: A measurement that takes longer than this aborts the run (its databases are dropped).
+TIMEOUT_S = 600
+
+
+def _timeout(*_: object) -> None:
+    raise TimeoutError(f"a measurement took longer than {TIMEOUT_S} s (hung?)")
 
 
 def plan(store: str, quick: bool) -> list[Workload]:
@@ -63,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     runner_probe = ""
     pg_info: PgInfo | None = None
     started = time.perf_counter()
+    # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so this run's databases are dropped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGALRM, _timeout)
     with contextlib.ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rvbench-")))
         server = stack.enter_context(PgServer()) if "postgres" in plans else None
@@ -99,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
                         else:
                             where = Path(tempfile.mkdtemp(dir=root))
                         gc.collect()
-                        value = fn(where)
+                        signal.alarm(TIMEOUT_S)
+                        try:
+                            value = fn(where)
+                        finally:
+                            signal.alarm(0)
                         results[store][w.key][system].append(value)
                         print(
                             f"rep {rep + 1}/{args.reps}  {store:<8} {w.key:<16} {system:<13} "

@@ -301,6 +301,7 @@ def durability(new_db: Any) -> dict[str, tuple[str, ...]]:
 
 def build(s: Sizes) -> list[Workload]:
     bulk_total = s.bulk_aggs * s.bulk_per_agg
+    es_aggs = s.bulk_aggs_es or s.bulk_aggs
     cu_rv = s.catchup_aggs * s.catchup_per_agg
     cu_es = s.catchup_aggs_es * s.catchup_per_agg
     copy_rows = f"build {bulk_total:,} rows (json.dumps each); BEGIN; "
@@ -366,16 +367,21 @@ def build(s: Sizes) -> list[Workload]:
                 "reventless": lambda p: run_async(
                     _rv_bulk_concurrent, p, s.bulk_aggs, s.bulk_per_agg
                 ),
-                "eventsourcing": lambda p: _es_bulk(p, s.bulk_aggs, s.bulk_per_agg),
+                "eventsourcing": lambda p: _es_bulk(p, es_aggs, s.bulk_per_agg),
                 "raw": lambda p: _raw_copy(p, s.bulk_aggs, s.bulk_per_agg, binary=True),
             },
             {
                 "reventless": f"asyncio.gather(*(log.append(f'bulk-{{i}}', events_{s.bulk_per_agg}"
                 f", expected_version=0) for i in range({s.bulk_aggs})))",
-                "eventsourcing": f"app.save(*counters)  # {s.bulk_aggs} aggregates with "
+                "eventsourcing": f"app.save(*counters)  # {es_aggs} aggregates with "
                 f"{s.bulk_per_agg} pending events each, one transaction",
                 "raw": copy_rows + "COPY events (...) FROM STDIN (FORMAT BINARY): "
                 "copy.write_row(row) for each; COMMIT",
+            },
+            sizes={
+                "reventless": f"{bulk_total:,} events",
+                "eventsourcing": f"{es_aggs * s.bulk_per_agg:,} events",
+                "raw": f"{bulk_total:,} events",
             },
             store="postgres",
         ),

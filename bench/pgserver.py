@@ -30,6 +30,7 @@ SERVER_SETTINGS = (
     "wal_level",
     "shared_buffers",
     "max_wal_size",
+    "autovacuum",
 )
 
 
