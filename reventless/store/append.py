@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConcurrencyError
+from ..errors import ConcurrencyError, StoreError
 from .database import Database
 
 #: A full stored row: META values (``codec.META_NAMES`` order) then the field values.
@@ -25,6 +25,9 @@ StoredRow = tuple[Any, ...]
 
 #: PostgreSQL COPY pays off from about this many rows in one statement.
 COPY_THRESHOLD = 64
+#: Up to this many rows, a lone PostgreSQL append is one INSERT ... SELECT with its
+#: offset reservation in a CTE.
+_CTE_MAX_ROWS = 16
 NOTIFY_CHANNEL = "rv_events"
 
 
@@ -70,6 +73,7 @@ class Appender:
     def __init__(self, db: Database, table_of: Callable[[str], TableInfo]) -> None:
         self.db = db
         self.table_of = table_of
+        self._cte_cache: dict[tuple[str, int], str] = {}
 
     @property
     def command_sql(self) -> str:
@@ -153,13 +157,46 @@ class Appender:
                 cur.execute("RELEASE SAVEPOINT rv_cmd")
                 return AppendResult(req.topic, 0, -1, duplicate=True)
             cur.execute("RELEASE SAVEPOINT rv_cmd")
-        first = self._bump(cur, req.topic, len(req.rows))
-        rows = [(first + i, *r) for i, r in enumerate(req.rows)]
+        info = self.table_of(req.topic)
+        n = len(req.rows)
         try:
-            self._insert(cur, self.table_of(req.topic), rows)
+            if not self.db.is_sqlite and n <= _CTE_MAX_ROWS:
+                # One round trip: reserve the offsets and insert in a single statement.
+                params = (req.topic, *(v for r in req.rows for v in r))
+                cur.execute(self._cte_sql(info, n), params)
+                got = cur.fetchall()
+                if len(got) != n:
+                    raise StoreError(f"topic {req.topic!r} is not registered in the store")
+                first = min(int(o) for (o,) in got)
+                rows = [(first + i, *r) for i, r in enumerate(req.rows)]
+            else:
+                first = self._bump(cur, req.topic, n)
+                rows = [(first + i, *r) for i, r in enumerate(req.rows)]
+                self._insert(cur, info, rows)
         except self.db.integrity_errors:
             raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
-        return AppendResult(req.topic, first, first + len(rows) - 1, rows)
+        return AppendResult(req.topic, first, first + n - 1, rows)
+
+    def _cte_sql(self, info: TableInfo, n: int) -> str:
+        key = (info.table, n)
+        sql = self._cte_cache.get(key)
+        if sql is None:
+            q = self.db.q
+            cols = info.columns[1:]  # all but _offset
+            types = info.pg_types[1:]
+            values = ", ".join(
+                f"({k}, " + ", ".join(f"%s::{t}" for t in types) + ")" for k in range(1, n + 1)
+            )
+            names = ", ".join(f"c{i}" for i in range(len(cols)))
+            sql = self._cte_cache[key] = (
+                "WITH h AS (UPDATE rv_topics SET head = head + "
+                f"{n} WHERE name = %s RETURNING head, "
+                f"pg_notify('{NOTIFY_CHANNEL}', name || ':' || head::text)) "
+                f"INSERT INTO {q(info.table)} ({', '.join(q(c) for c in info.columns)}) "
+                f"SELECT h.head - {n} + v.k, {names.replace('c', 'v.c')} "
+                f"FROM h, (VALUES {values}) AS v(k, {names}) RETURNING _offset"
+            )
+        return sql
 
     def _all(self, cur: Any, reqs: list[AppendRequest]) -> list[AppendResult]:
         """Everything at once: one offset reservation and one bulk insert per topic."""

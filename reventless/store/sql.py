@@ -100,7 +100,6 @@ class SqlEventStore:
         await self.db.open()
         await self.db.write(lambda conn: tables.metadata.create_all(conn))
         self._changed = asyncio.Event()
-        self.db.listen(NOTIFY_CHANNEL, self._on_notify)
 
     def _on_notify(self, payload: str) -> None:
         topic, _, head = payload.rpartition(":")
@@ -115,6 +114,9 @@ class SqlEventStore:
     async def wait_for_change(self, timeout: float) -> bool:
         """Wait until something is committed (this process, or any process on PostgreSQL,
         via LISTEN/NOTIFY); False on timeout."""
+        # Only processes that wait (collectors) listen: a writer-only process would
+        # otherwise be woken by every commit's NOTIFY, its own included.
+        self.db.listen(NOTIFY_CHANNEL, self._on_notify)
         try:
             await asyncio.wait_for(self._changed.wait(), timeout)
         except TimeoutError:
