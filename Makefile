@@ -34,9 +34,11 @@ test: lint services
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow and not postgres and not nats and not aws and not spark" $(PYTEST_ARGS)
 
-bench: $(STAMP)
+# Benchmarks (not part of `make test`): SQLite + PostgreSQL, then JetStream fan-out.
+bench: $(STAMP) services
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
-	$(BIN)/python -m bench $(BENCH_ARGS)
+	$(BIN)/python -m bench --store all --out BENCHMARKS.md $(BENCH_ARGS)
+	$(BIN)/python -m bench.nats_fanout --out BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

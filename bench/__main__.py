@@ -14,7 +14,18 @@ from pathlib import Path
 
 from . import pg
 from .pgserver import PgServer
-from .report import PgInfo, Results, console_table, fmt, machine, markdown, previous_analysis
+from .report import (
+    NATS_END,
+    NATS_START,
+    PgInfo,
+    Results,
+    console_table,
+    fmt,
+    machine,
+    markdown,
+    previous_analysis,
+    previous_block,
+)
 from .workloads import STORES, SYSTEMS, Sizes, Workload, build, durability, probe_projection_runner
 
 #: A measurement that takes longer than this aborts the run (its databases are dropped).
@@ -151,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             pg_info=pg_info,
             previous=previous_analysis(args.out),
             machine_info=machine_info,
+            kept_nats=previous_block(args.out, NATS_START, NATS_END),
         )
         args.out.write_text(text)
         print(f"wrote {args.out}")

@@ -10,7 +10,8 @@ loopback port and measures, interleaved over repetitions:
   travels through JetStream; the in-memory broker on the same workload for comparison;
 - latency from ``execute`` to a side effect seeing the event, at a steady command rate.
 
-Prints a Markdown section (also written to ``--out``, default bench/results/nats.md).
+Prints a Markdown section and puts it into ``--out`` (default BENCHMARKS.md) between
+``<!-- nats:start -->`` and ``<!-- nats:end -->``.
 """
 
 from __future__ import annotations
@@ -148,7 +149,11 @@ async def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.nats_fanout")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--reps", type=int, default=None)
-    p.add_argument("--out", default="bench/results/nats.md")
+    p.add_argument(
+        "--out",
+        default="BENCHMARKS.md",
+        help="Markdown file to update (the section between the nats markers)",
+    )
     a = p.parse_args(argv)
     reps = a.reps or (1 if a.quick else 3)
     n_raw = 20_000 if a.quick else 100_000
@@ -208,9 +213,19 @@ async def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+START, END = "<!-- nats:start -->", "<!-- nats:end -->"
+
+
 def _write(out: Path, text: str) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    """Replace the JetStream section of ``out`` (or append it), keeping the rest."""
+    block = f"{START}\n{text}{END}\n"
+    old = out.read_text() if out.exists() else ""
+    if START in old and END in old:
+        head, rest = old.split(START, 1)
+        new = head + block + rest.split(END, 1)[1].lstrip("\n")
+    else:
+        new = old.rstrip("\n") + "\n\n" + block if old else block
+    out.write_text(new)
 
 
 def run(argv: list[str] | None = None) -> Any:

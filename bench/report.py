@@ -32,6 +32,7 @@ class PgInfo:
 
 ANALYSIS_START = "<!-- analysis:start -->"
 ANALYSIS_END = "<!-- analysis:end -->"
+NATS_START, NATS_END = "<!-- nats:start -->", "<!-- nats:end -->"
 
 
 @dataclass(frozen=True)
@@ -561,6 +562,7 @@ def markdown(
     pg_info: PgInfo | None,
     previous: str | None,
     machine_info: dict[str, str],
+    kept_nats: str | None = None,
 ) -> str:
     stores = [s for s, ws in plans.items() if ws]
     m = dict(machine_info)
@@ -623,15 +625,22 @@ def markdown(
         parts += pg_section(workloads=plans["postgres"], results=results["postgres"], info=pg_info)
     if previous:
         parts += [ANALYSIS_START, previous.strip(), ANALYSIS_END, ""]
+    if kept_nats:  # written by `python -m bench.nats_fanout`
+        parts += [NATS_START, kept_nats.strip(), NATS_END, ""]
     return "\n".join(parts)
 
 
 def previous_analysis(path: Path) -> str | None:
     """The hand-written analysis block of an existing BENCHMARKS.md (kept on rewrite)."""
+    return previous_block(path, ANALYSIS_START, ANALYSIS_END)
+
+
+def previous_block(path: Path, start: str, end: str) -> str | None:
+    """The text between two markers of an existing file, if any."""
     try:
         text = path.read_text()
     except OSError:
         return None
-    if ANALYSIS_START in text and ANALYSIS_END in text:
-        return text.split(ANALYSIS_START, 1)[1].split(ANALYSIS_END, 1)[0]
+    if start in text and end in text:
+        return text.split(start, 1)[1].split(end, 1)[0]
     return None
