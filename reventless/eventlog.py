@@ -330,30 +330,33 @@ class EventLog(Topic, Generic[A]):
         service = meta.service or self.service
         correlation = meta.correlation_id or command_id
         causation = meta.causation_id or command_id
-        rows = []
+        rows: list[tuple[Any, ...]] = []
         ids = uuid7_strs(len(events))
         if correlation is None:
             correlation = ids[0]
         partition = partition_of(aggregate_id, self.definition.partitions)
+        user, ip = meta.user, meta.ip
+        encoders = self._encoders
+        append = rows.append
         for i, e in enumerate(events):
-            msg_id = ids[i]
-            rows.append(
+            cls = type(e)
+            append(
                 (
                     i,
                     produced,
                     aggregate_id,
                     version + i + 1,
-                    e.event_type,
-                    e.schema_version,
-                    msg_id,
+                    cls.event_type,
+                    cls.schema_version,
+                    ids[i],
                     correlation,
                     causation,
-                    meta.user,
+                    user,
                     service,
-                    meta.ip,
+                    ip,
                     tenant,
                     partition,
-                    *self._encoders[e.event_type](e),
+                    *encoders[cls.event_type](e),
                 )
             )
         return rows

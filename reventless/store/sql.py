@@ -150,12 +150,15 @@ class SqlEventStore:
                 )
             )
         cols.extend(self._field_column(c) for c in topic.schema.columns)
+        extra: list[Any] = []
+        if topic.partitions > 1:  # per-partition reads and heads; one partition needs none
+            extra.append(sa.Index(f"ix_{name}_partition", "_partition", "_offset"))
         return sa.Table(
             name,
             md,
             *cols,
             sa.UniqueConstraint("_aggregate_id", "_version", name=f"uq_{name}_version"),
-            sa.Index(f"ix_{name}_partition", "_partition", "_offset"),
+            *extra,
         )
 
     @staticmethod
@@ -457,15 +460,23 @@ class SqlEventStore:
         mark = self.db.mark
         # One index lookup per partition (``ix_<table>_partition``), in one round trip.
         bound = f" AND _offset <= {mark}" if upto is not None else ""
+        single = {name for name in topics if self._entry(name).topic.partitions == 1}
         sql = " UNION ALL ".join(
             f"SELECT {mark}, {mark}, MAX(_offset) FROM {self.db.q(t)} "
+            + (f"WHERE _offset <= {mark}" if upto is not None else "")
+            if name in single
+            else f"SELECT {mark}, {mark}, MAX(_offset) FROM {self.db.q(t)} "
             f"WHERE _partition = {mark}{bound}"
-            for _, _, t in parts
+            for name, _, t in parts
         )
         params = tuple(
             x
             for name, p, _ in parts
-            for x in ((name, p, p) if upto is None else (name, p, p, upto.get(name, 0)))
+            for x in (
+                (name, p)
+                + (() if name in single else (p,))
+                + (() if upto is None else (upto.get(name, 0),))
+            )
         )
 
         def work(conn: Connection) -> dict[tuple[str, int], int]:
