@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -287,20 +288,17 @@ class App:
         dispatches = {n: self._dispatch(c) for n, c in self._components.items()}
         await self.store.open()
         created: list[str] = []
+        declared: list[str] = []
         try:
             await self.broker.connect()
             for t in self._topics.values():
                 if await self.store.register(t.definition):
                     created.append(t.name)
                 await self.broker.declare(t.name)
+                declared.append(t.name)
                 t._attach(self.store)
         except BaseException:
-            for name in reversed(created):  # undo: a failed build leaves nothing behind
-                try:
-                    await self.store.unregister(name)
-                except ReventlessError:
-                    log.exception("could not undo topic %s", name)
-            await self.store.close()
+            await self._undo(created, declared)
             raise
         self._started = True
         defs = {n: t.definition for n, t in self._topics.items()}
@@ -330,6 +328,25 @@ class App:
                 raise SpecError(f"unknown component kind {comp!r}")
             self._collectors[name] = collector
         await asyncio.gather(*(c.start() for c in self._collectors.values()))
+
+    async def _undo(self, created: list[str], declared: list[str]) -> None:
+        """A failed build leaves nothing behind: tables and registry rows created now,
+        and the broker state declared now (where the adapter can undo it)."""
+        undeclare = getattr(self.broker, "undeclare", None)
+        for name in reversed(declared):
+            if undeclare is not None and name in created:
+                try:
+                    await undeclare(name)
+                except ReventlessError:
+                    log.exception("could not undo the broker state of topic %s", name)
+        for name in reversed(created):
+            try:
+                await self.store.unregister(name)
+            except ReventlessError:
+                log.exception("could not undo topic %s", name)
+        await self.store.close()
+        with contextlib.suppress(Exception):
+            await self.broker.close()
 
     async def stop(self) -> None:
         """Stop collectors and relay, then close broker and store."""

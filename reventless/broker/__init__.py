@@ -53,7 +53,10 @@ class Subscription(Protocol):
 
 
 class Broker(Protocol):
-    """Fan-out transport. Returning from a handler acks; raising asks for redelivery."""
+    """Fan-out transport. Returning from a handler acks; raising asks for redelivery.
+
+    An adapter may also offer ``async undeclare(topic)`` (undo a ``declare`` it made);
+    the App calls it when a build fails part-way, so nothing is left registered."""
 
     async def connect(self) -> None:
         """Open connections (idempotent)."""

@@ -96,6 +96,10 @@ class InMemoryBroker:
             raise BrokerError("in-memory broker is unavailable")
         self._topics.add(topic)
 
+    async def undeclare(self, topic: str) -> None:
+        """Forget a topic (undo of ``declare`` for a failed build)."""
+        self._topics.discard(topic)
+
     async def publish(self, messages: Sequence[Message]) -> None:
         """Deliver to every subscribed group; a message id seen before is dropped."""
         if not self._available:

@@ -19,7 +19,7 @@ import pytest
 import reventless as rv
 from reventless.broker import Message
 from reventless.testing.broker_suite import until
-from tests.model import Counter, Increment, totals
+from tests.model import Counter, Increment, Total, totals
 from tests.nats_server import NatsServer, nats_binary
 
 pytestmark = pytest.mark.nats
@@ -240,3 +240,41 @@ async def test_fetch_loop_survives_a_server_restart(tmp_path: Path) -> None:
     finally:
         await b.close()
         server.stop()
+
+
+async def test_a_failed_build_leaves_no_stream_behind(
+    tmp_path: Path, nats_url: str, js: Any
+) -> None:
+    from reventless_nats import JetStreamBroker
+
+    class FailsOnCdc(JetStreamBroker):
+        async def declare(self, topic: str) -> None:
+            if topic == "cdc":
+                raise rv.BrokerError("no room for cdc")
+            await super().declare(topic)
+
+    sep = "&" if "?" in nats_url else "?"
+    broker = FailsOnCdc.from_url(f"{nats_url}{sep}prefix=fb")
+    assert isinstance(broker, FailsOnCdc)
+    store = f"sqlite:///{tmp_path / 'fb.db'}"
+    app = rv.App(store=store, broker=broker)
+    app.event_log(Counter)
+    app.topic("cdc", model=Total)
+    with pytest.raises(rv.BrokerError, match="no room"):
+        await app.start()
+    names = [s.config.name async for s in _streams(js)]
+    assert broker.stream_name("Counter") not in names  # declared, then undone
+    check = rv.App(store=store)
+    await check.store.open()
+    try:
+        topics = await check.store.db.read(
+            lambda c: list(c.exec_driver_sql("SELECT name FROM rv_topics"))
+        )
+    finally:
+        await check.store.close()
+    assert topics == []
+
+
+async def _streams(js: Any) -> AsyncIterator[Any]:
+    for info in await js.streams_info():
+        yield info

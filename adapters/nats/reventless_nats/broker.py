@@ -92,6 +92,7 @@ class JetStreamBroker:
         self._declare_lock = asyncio.Lock()
         self._subscribe_lock = asyncio.Lock()
         self._declared: set[str] = set()
+        self._created: set[str] = set()  # streams this broker made
         self._pumps: dict[tuple[str, str], _Pump] = {}
         self._last_error = ""
         #: Messages the server stored / dropped as duplicates / skipped as too large.
@@ -218,6 +219,18 @@ class JetStreamBroker:
                 raise BrokerError(f"cannot declare topic {topic!r} on NATS: {exc}") from exc
             self._declared.add(topic)
 
+    async def undeclare(self, topic: str) -> None:
+        """Undo ``declare`` for a failed build: delete the stream if this broker created
+        it (a stream that existed before is left alone)."""
+        self._declared.discard(topic)
+        if topic not in self._created:
+            return
+        self._created.discard(topic)
+        try:
+            await self._jetstream().delete_stream(self.stream_name(topic))
+        except nats.errors.Error as exc:
+            raise BrokerError(f"cannot delete the stream of topic {topic!r}: {exc}") from exc
+
     def _stream_config(self, topic: str) -> StreamConfig:
         o = self.options
         return StreamConfig(
@@ -242,6 +255,7 @@ class JetStreamBroker:
             try:
                 await js.add_stream(want)
                 log.info("created stream %s for topic %s", name, topic)
+                self._created.add(topic)
                 return
             except nats.js.errors.APIError as exc:
                 if exc.err_code != _STREAM_NAME_IN_USE:  # else: created meanwhile
