@@ -22,6 +22,7 @@ import shutil
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -103,6 +104,50 @@ async def fan_out(broker: str, aggs: int, per: int) -> float:
     return aggs * per / dt
 
 
+async def _collect_until(store: str, broker: str, total: int) -> None:
+    """The collector process of ``fan_out_split``: prints ``ready``, then ``done <time>``."""
+    opts = rv.AppOptions(collector=rv.CollectorOptions(poll_interval=600, grace=600))
+    app = rv.App(store=store, broker=broker, options=opts)
+    app.event_log(Counter)
+    app.collect(totals)
+    async with app:
+        print("ready", flush=True)
+        collector = app.collector("counter_totals")
+        while collector.checkpoints.get(("Counter", 0), 0) < total:
+            await asyncio.sleep(0.002)
+        print("done", time.time(), flush=True)
+
+
+async def fan_out_split(broker: str, aggs: int, per: int) -> float:
+    """Like ``fan_out``, with the collector in its own process (a projector service)."""
+    d = tempfile.mkdtemp()
+    store = f"sqlite:///{d}/split.db"
+    app = rv.App(store=store, broker=broker)
+    log = app.event_log(Counter)
+    events = [Incremented(by=1)] * per
+    async with app:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.nats_fanout",
+            "--collect",
+            store,
+            broker,
+            str(aggs * per),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        assert (await proc.stdout.readline()).strip() == b"ready"
+        t0 = time.time()
+        await asyncio.gather(
+            *(log.append(f"s-{i}", events, expected_version=0) for i in range(aggs))
+        )
+        done = float((await proc.stdout.readline()).split()[1])
+        await proc.wait()
+    shutil.rmtree(d, ignore_errors=True)
+    return aggs * per / (done - t0)
+
+
 async def latency(broker: str, rate: int, seconds: float) -> tuple[float, float, float]:
     d = tempfile.mkdtemp()
     sent: dict[tuple[str, int], float] = {}
@@ -148,6 +193,7 @@ def _fmt(xs: list[float]) -> str:
 async def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.nats_fanout")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--collect", nargs=3, help=argparse.SUPPRESS)  # internal: store broker n
     p.add_argument("--reps", type=int, default=None)
     p.add_argument(
         "--out",
@@ -155,6 +201,9 @@ async def main(argv: list[str] | None = None) -> int:
         help="Markdown file to update (the section between the nats markers)",
     )
     a = p.parse_args(argv)
+    if a.collect:
+        await _collect_until(a.collect[0], a.collect[1], int(a.collect[2]))
+        return 0
     reps = a.reps or (1 if a.quick else 3)
     n_raw = 20_000 if a.quick else 100_000
     aggs, per = (20, 500) if a.quick else (100, 1000)
@@ -176,6 +225,9 @@ async def main(argv: list[str] | None = None) -> int:
             results.setdefault("reventless fan-out, in-memory broker", []).append(
                 await fan_out("memory://", aggs, per)
             )
+            results.setdefault(
+                "reventless fan-out, JetStream, collector in its own process", []
+            ).append(await fan_out_split(f"{url}?prefix=s{r}", aggs, per))
             p50, p99, ach = await latency(f"{url}?prefix=l{r}", 1000, seconds)
             lat50.append(p50)
             lat99.append(p99)
@@ -195,7 +247,9 @@ async def main(argv: list[str] | None = None) -> int:
         "median (min-max). Fan-out: "
         f"{aggs} concurrent appends x {per} events, then until the read model (SQLite "
         "file, synchronous=FULL, durable checkpoint) has them all; collectors' store poll "
-        "disabled, so every event travels through the broker. Raw rows: 120-byte messages, "
+        "disabled, so every event travels through the broker (the last row runs the "
+        "collector in a second process, as a projector service would). Raw rows: "
+        "120-byte messages, "
         f"{n_raw:,} per run.",
         "",
         "| workload | events or msgs/s |",
