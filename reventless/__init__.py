@@ -55,7 +55,7 @@ from .errors import (
 )
 from .eventlog import EventLog, ExecuteResult, LogOptions, Topic
 from .ids import uuid7
-from .spec import Aggregate, Command, Envelope, Event, Metadata, applies, handles
+from .spec import Aggregate, Command, Envelope, Event, Metadata, applies, handles, upcasts
 from .store import StoreOptions
 from .topic import partition_of
 
@@ -103,5 +103,6 @@ __all__ = [
     "applies",
     "handles",
     "partition_of",
+    "upcasts",
     "uuid7",
 ]

@@ -43,6 +43,7 @@ from .spec import Aggregate, Event
 from .store.database import Database, StoreOptions
 from .store.sql import SqlEventStore
 from .topic import TopicDef, TopicKind
+from .upcast import retired_models
 
 A = TypeVar("A", bound=Aggregate)
 R = TypeVar("R", bound=BaseModel)
@@ -191,7 +192,9 @@ class App:
         name = topic or spec.topic_name
         definition = TopicDef(
             name,
-            TopicSchema.from_events(name, spec.event_classes),
+            TopicSchema.from_events(
+                name, [*spec.event_classes, *retired_models(spec.event_classes)]
+            ),
             "aggregate",
             tenant,
             partitions=partitions or self.options.partitions,

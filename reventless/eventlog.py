@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from .codec import FIELDS_AT, TopicSchema
+from .codec import TopicSchema
 from .errors import (
     AggregateNotFoundError,
     ConcurrencyError,
@@ -39,6 +39,7 @@ from .spec import Aggregate, Command, Envelope, Event, Metadata
 from .store.append import AppendRequest, AppendResult, StoredRow
 from .store.sql import SqlEventStore
 from .topic import TopicDef, partition_of
+from .upcast import decode_row
 
 A = TypeVar("A", bound=Aggregate)
 _EMPTY_META = Metadata()
@@ -93,7 +94,7 @@ def _meta_of(row: StoredRow) -> Metadata:
 def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any]:
     """Decode one stored row into an ``Envelope`` (raises ``UnknownEventTypeError``)."""
     return Envelope(
-        schema.decode(row[5], row[FIELDS_AT:]),
+        decode_row(schema, row),
         topic,
         row[0],
         row[5],
@@ -298,9 +299,9 @@ class EventLog(Topic, Generic[A]):
             if snap is not None:  # stale snapshot of an older state shape: fold from the start
                 rows = await self.store.read_stream(self.name, aggregate_id, 0)
             agg = self.spec(id=aggregate_id)
-        decode = self.schema.decode
+        schema = self.schema
         for r in rows:
-            agg.apply(decode(r[5], r[FIELDS_AT:]))
+            agg.apply(decode_row(schema, r))
         return agg
 
     async def load(self, aggregate_id: str) -> A:

@@ -50,6 +50,7 @@ __all__ = [
     "check_field_names",
     "handles",
     "union_members",
+    "upcasts",
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -92,6 +93,10 @@ class Event(BaseModel):
 
     event_type: ClassVar[str] = "Event"
     schema_version: ClassVar[int] = 1
+    #: Upcaster per stored version (``@rv.upcasts``): turns version N data into N+1.
+    upcasters: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {}
+    #: Fields that older versions stored and this one dropped: their columns stay.
+    retired_fields: ClassVar[dict[str, Any]] = {}
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -101,6 +106,28 @@ class Event(BaseModel):
         if not isinstance(cls.schema_version, int) or cls.schema_version < 1:
             raise SpecError(f"{cls.__name__}.schema_version must be an int >= 1")
         _check_model_names(cls)
+        ups: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+        retired: dict[str, Any] = {}
+        for attr in vars(cls).values():
+            fn = getattr(attr, "__func__", attr)
+            mark = getattr(fn, "__rv_upcasts__", None)
+            if mark is None:
+                continue
+            version, old = mark
+            if not 1 <= version < cls.schema_version:
+                raise SpecError(
+                    f"{cls.__name__}: @upcasts(from_version={version}) must be below "
+                    f"schema_version {cls.schema_version}"
+                )
+            if version in ups:
+                raise SpecError(f"{cls.__name__}: two upcasters from version {version}")
+            ups[version] = fn
+            retired.update(old)
+        check_field_names(f"{cls.__name__} (retired)", retired)
+        clash = set(retired) & set(cls.model_fields)
+        if clash:
+            raise SpecError(f"{cls.__name__}: retired fields {sorted(clash)} are still fields")
+        cls.upcasters, cls.retired_fields = ups, retired
 
 
 class Command(BaseModel):
@@ -139,6 +166,36 @@ def applies(event: type[Event]) -> Callable[[_F], _F]:
     def mark(fn: _F) -> _F:
         fn.__rv_applies__ = event  # type: ignore[attr-defined]
         return fn
+
+    return mark
+
+
+def upcasts(
+    from_version: int, *, retired: dict[str, Any] | None = None
+) -> Callable[[Callable[[dict[str, Any]], dict[str, Any]]], Any]:
+    """Mark a function in an event class as its upcaster from ``from_version``.
+
+    The function takes the stored data of a version-``from_version`` event (a dict of
+    its columns, JSON-compatible values) and returns the data of the next version.
+    ``retired`` names the fields older versions stored that the current class dropped
+    (name -> type): their columns stay in the topic so old events can still be read.
+
+    Example::
+
+        class Created(rv.Event):
+            schema_version = 2
+            name: str
+            street: str
+
+            @rv.upcasts(1, retired={"address": str})
+            def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
+                data["street"] = data.pop("address")
+                return data
+    """
+
+    def mark(fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+        fn.__rv_upcasts__ = (from_version, dict(retired or {}))  # type: ignore[attr-defined]
+        return staticmethod(fn)
 
     return mark
 

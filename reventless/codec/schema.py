@@ -72,6 +72,7 @@ class TopicSchema:
     name: str
     columns: tuple[Column, ...]
     event_types: Mapping[str, type[BaseModel]]
+    versions: Mapping[str, int]
 
     def __init__(self, name: str, columns: Sequence[Column], plans: Sequence[_Plan] | None) -> None:
         """Prefer the ``from_*`` constructors; ``plans=None`` makes a row-dict topic."""
@@ -111,6 +112,10 @@ class TopicSchema:
         fc = self._codecs[len(META_FIELDS) :]
         self._rows = _row_codecs(what, self.columns, fc) if plans is None else None
         self.event_types = types.MappingProxyType({t: m for t, m, _ in plans or ()})
+        #: Current schema version of each event type (what stored rows are upcast to).
+        self.versions = types.MappingProxyType(
+            {t: int(getattr(m, "schema_version", 1)) for t, m, _ in plans or ()}
+        )
 
     @classmethod
     def from_events(cls, name: str, events: Sequence[type[Event]]) -> TopicSchema:

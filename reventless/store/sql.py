@@ -264,7 +264,8 @@ class SqlEventStore:
         if dropped:
             raise SchemaMismatchError(
                 f"topic {topic.name!r}: stored columns {dropped} are missing from the spec "
-                "(columns can be added, never removed)"
+                "(columns can be added, never removed: keep them as `retired` fields of an "
+                "@rv.upcasts upcaster)"
             )
 
     async def unregister(self, topic_name: str) -> None:
