@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -20,25 +21,20 @@ from .pgserver import PgDb
 from .specs import Counter, EsApp, EsCounter, PostgresTotalsRecorder, TotalsProjection
 from .workloads import (
     RAW_DATA,
+    Runner,
     Sizes,
     Workload,
-    _es_batch,
     _es_bulk,
-    _es_load,
-    _es_seq,
-    _rv_batch,
     _rv_bulk_calls,
     _rv_bulk_concurrent,
     _rv_catchup,
-    _rv_conc,
-    _rv_load,
-    _rv_seq,
     check,
     es_env,
     perf,
     run_async,
     rv_app,
 )
+from .workloads import build as sqlite_build
 
 Conn = psycopg.Connection[Any]
 
@@ -305,58 +301,29 @@ def build(s: Sizes) -> list[Workload]:
     cu_rv = s.catchup_aggs * s.catchup_per_agg
     cu_es = s.catchup_aggs_es * s.catchup_per_agg
     copy_rows = f"build {bulk_total:,} rows (json.dumps each); BEGIN; "
+    sqlite_rows = {w.key: w for w in sqlite_build(s)}
+
+    def pg(key: str, raw: Runner | None = None, raw_timed: str | None = None) -> Workload:
+        """The SQLite row of ``key`` with PostgreSQL's raw contender (same reventless and
+        eventsourcing code: their store is chosen by the runner's argument)."""
+        w = sqlite_rows[key]
+        run = {**w.run, **({"raw": raw} if raw else {})}
+        timed = {**w.timed, **({"raw": raw_timed} if raw_timed else {})}
+        return replace(w, run=run, timed=timed, store="postgres")
+
     return [
-        Workload(
+        pg(
             "seq_append",
-            "per-command append, 1 event/tx, sequential",
-            "cmd/s",
-            {
-                "reventless": lambda p: run_async(_rv_seq, p, s.seq_commands),
-                "eventsourcing": lambda p: _es_seq(p, s.seq_commands),
-                "raw": lambda p: _raw_seq(p, s.seq_commands),
-            },
-            {
-                "reventless": f"for _ in range({s.seq_commands}): "
-                "await log.execute('seq-0', Increment(by=1))",
-                "eventsourcing": f"for _ in range({s.seq_commands}): "
-                "c.increment(by=1); app.save(c)",
-                "raw": f"for v in range(1, {s.seq_commands + 1}): with conn.transaction(): "
-                "conn.execute(INSERT ...)  -- BEGIN; 1 row; COMMIT",
-            },
-            store="postgres",
+            lambda p: _raw_seq(p, s.seq_commands),
+            f"for v in range(1, {s.seq_commands + 1}): with conn.transaction(): "
+            "conn.execute(INSERT ...)  -- BEGIN; 1 row; COMMIT",
         ),
-        Workload(
-            "conc_append",
-            f"per-command append, {s.conc_workers} concurrent commands (group commit)",
-            "cmd/s",
-            {"reventless": lambda p: run_async(_rv_conc, p, s.conc_workers, s.conc_per_worker)},
-            {
-                "reventless": f"asyncio.gather(*({s.conc_per_worker} x await log.execute("
-                f"f'conc-{{i}}', Increment(by=1)) for i in range({s.conc_workers})))",
-                "eventsourcing": "(no async API: its number from seq_append)",
-                "raw": "(its sequential single-row insert+commit number from seq_append)",
-            },
-            peer_from="seq_append",
-            store="postgres",
-        ),
-        Workload(
+        pg("conc_append"),
+        pg(
             "batch10",
-            "10 events per transaction, sequential",
-            "events/s",
-            {
-                "reventless": lambda p: run_async(_rv_batch, p, s.batch_tx),
-                "eventsourcing": lambda p: _es_batch(p, s.batch_tx),
-                "raw": lambda p: _raw_batch(p, s.batch_tx),
-            },
-            {
-                "reventless": f"for _ in range({s.batch_tx}): await log.append('batch-0', "
-                "[Incremented(by=1) for _ in range(10)], expected_version=v)",
-                "eventsourcing": f"for _ in range({s.batch_tx}): "
-                "10 x c.increment(by=1); app.save(c)",
-                "raw": f"for _ in range({s.batch_tx}): with conn.transaction(): "
-                "cur.executemany(INSERT, 10 rows)  -- pipelined",
-            },
-            store="postgres",
+            lambda p: _raw_batch(p, s.batch_tx),
+            f"for _ in range({s.batch_tx}): with conn.transaction(): "
+            "cur.executemany(INSERT, 10 rows)  -- pipelined",
         ),
         Workload(
             "bulk_concurrent",
@@ -413,43 +380,16 @@ def build(s: Sizes) -> list[Workload]:
             borrow={"reventless": "bulk_concurrent", "eventsourcing": "bulk_concurrent"},
             store="postgres",
         ),
-        Workload(
+        pg(
             "load",
-            f"load a {s.load_events}-event aggregate, no snapshot",
-            "loads/s",
-            {
-                "reventless": lambda p: run_async(_rv_load, p, s.load_events, s.load_repeats, 0),
-                "eventsourcing": lambda p: _es_load(p, s.load_events, s.load_repeats, False),
-                "raw": lambda p: _raw_load(p, s.load_events, s.load_repeats, False),
-            },
-            {
-                "reventless": f"for _ in range({s.load_repeats}): log.forget(); "
-                "await log.load('load-0')  # LogOptions(snapshot_every=0)",
-                "eventsourcing": f"for _ in range({s.load_repeats}): app.repository.get(c.id)",
-                "raw": "SELECT data FROM events WHERE aggregate_id=%s ORDER BY version; "
-                "sum(json.loads(d)['by'])",
-            },
-            latency=True,
-            store="postgres",
+            lambda p: _raw_load(p, s.load_events, s.load_repeats, False),
+            "SELECT data FROM events WHERE aggregate_id=%s ORDER BY version; "
+            "sum(json.loads(d)['by'])",
         ),
-        Workload(
+        pg(
             "load_snap",
-            f"load a {s.load_events}-event aggregate, snapshot every 100",
-            "loads/s",
-            {
-                "reventless": lambda p: run_async(_rv_load, p, s.load_events, s.load_repeats, 100),
-                "eventsourcing": lambda p: _es_load(p, s.load_events, s.load_repeats, True),
-                "raw": lambda p: _raw_load(p, s.load_events, s.load_repeats, True),
-            },
-            {
-                "reventless": f"for _ in range({s.load_repeats}): log.forget(); "
-                "await log.load('load-0')  # LogOptions(snapshot_every=100)",
-                "eventsourcing": f"for _ in range({s.load_repeats}): app.repository.get(c.id)"
-                "  # snapshotting_intervals = {EsCounter: 100}",
-                "raw": "SELECT snapshot row; SELECT events after its version; fold",
-            },
-            latency=True,
-            store="postgres",
+            lambda p: _raw_load(p, s.load_events, s.load_repeats, True),
+            "SELECT snapshot row; SELECT events after its version; fold",
         ),
         Workload(
             "catchup",
