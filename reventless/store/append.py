@@ -163,7 +163,7 @@ class Appender:
             if not self.db.is_sqlite and n <= _CTE_MAX_ROWS:
                 # One round trip: reserve the offsets and insert in a single statement.
                 params = (req.topic, *(v for r in req.rows for v in r))
-                cur.execute(self._cte_sql(info, n), params)
+                cur.execute(self.cte_sql(info, n), params)
                 got = cur.fetchall()
                 if len(got) != n:
                     raise StoreError(f"topic {req.topic!r} is not registered in the store")
@@ -177,7 +177,8 @@ class Appender:
             raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
         return AppendResult(req.topic, first, first + n - 1, rows)
 
-    def _cte_sql(self, info: TableInfo, n: int) -> str:
+    def cte_sql(self, info: TableInfo, n: int) -> str:
+        """PostgreSQL: reserve ``n`` offsets and insert ``n`` rows in one statement."""
         key = (info.table, n)
         sql = self._cte_cache.get(key)
         if sql is None:

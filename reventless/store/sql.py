@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -35,6 +35,9 @@ from .append import (
     TableInfo,
 )
 from .database import Database, table_name
+
+if TYPE_CHECKING:
+    from .pgasync import AsyncAppender
 from .stream import cursor_pages, keyset_pages
 
 log = logging.getLogger("reventless.store")
@@ -91,6 +94,7 @@ class SqlEventStore:
         #: Heads as far as this process has seen (its own commits, plus ``heads()`` reads).
         self.known_heads: dict[str, int] = {}
         self._appender = Appender(db, lambda topic: self._entry(topic).info)
+        self._async: AsyncAppender | None = None
         self._changed = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -99,6 +103,10 @@ class SqlEventStore:
         """Open the database and create the system tables if missing."""
         await self.db.open()
         await self.db.write(lambda conn: tables.metadata.create_all(conn))
+        if not self.db.is_sqlite:  # appends talk to PostgreSQL from the event loop
+            from .pgasync import AsyncAppender
+
+            self._async = AsyncAppender(self._appender, self.db.url)
         self._changed = asyncio.Event()
 
     def _on_notify(self, payload: str) -> None:
@@ -127,6 +135,9 @@ class SqlEventStore:
         """Wait for queued appends, then close the database."""
         if self._drainer is not None:
             await asyncio.shield(self._drainer)
+        if self._async is not None:
+            await self._async.close()
+            self._async = None
         await self.db.close()
 
     # -- topics ----------------------------------------------------------------------------
@@ -314,7 +325,9 @@ class SqlEventStore:
                 reqs = [r for r, _ in batch]
                 work = partial(self._appender.group, reqs=reqs)
                 try:
-                    if len(batch) == 1 and self.db.try_inline_write():
+                    if self._async is not None:
+                        outcomes = await self._async.group(reqs)
+                    elif len(batch) == 1 and self.db.try_inline_write():
                         outcomes = self.db.write_raw_sync(work, locked=True)
                     else:
                         outcomes = await self.db.write_raw(work)
