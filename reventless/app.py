@@ -27,14 +27,8 @@ from .broker import Broker, open_broker
 from .codec import TopicSchema
 from .collect.component import Component, EventMapper, HandlerSpec, ReadModel, SideEffectHandler
 from .collect.deadletter import DeadLetter, list_sync
-from .collect.runtime import (
-    Collector,
-    CollectorOptions,
-    MapperCollector,
-    ReadModelCollector,
-    RedriveReport,
-    SideEffectCollector,
-)
+from .collect.kinds import MapperCollector, ReadModelCollector, SideEffectCollector
+from .collect.runtime import Collector, CollectorOptions, RedriveReport
 from .collect.table import ReadModelTable
 from .errors import ReventlessError, SpecError, StoreError
 from .eventlog import EventLog, LogOptions, Topic

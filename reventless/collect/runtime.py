@@ -1,17 +1,17 @@
 """Running collectors: checkpoints, catch-up from the store, live delivery, dead letters.
 
-A collector processes each topic strictly in offset order. Live batches come from
-the broker; anything before a batch that the checkpoint has not reached (a new
-collector, a restart, a lost or reordered message) is read from the store first,
-and anything at or below the checkpoint is skipped, so duplicated or reordered
-deliveries change nothing. A periodic poll of the store covers broker outages.
+A collector processes each topic partition strictly in offset order. Live batches come
+from the broker; anything before a batch that the checkpoint has not reached (a new
+collector, a restart, a lost or reordered message) is read from the store first, and
+anything at or below the checkpoint is skipped, so duplicated or reordered deliveries
+change nothing. Commits (and, on PostgreSQL, NOTIFYs from other processes) wake a
+store poll that covers broker outages. The kinds of collectors are in ``kinds.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -22,26 +22,17 @@ from sqlalchemy.engine import Connection
 from ..broker import Broker, Message, Subscription
 from ..codec import META_NAMES
 from ..errors import Rejected, SpecError
-from ..eventlog import EventLog, command_id_for, envelope_of
+from ..eventlog import EventLog, envelope_of
 from ..relay import decode_batch
-from ..spec import Aggregate, Envelope, Metadata
+from ..spec import Aggregate, Envelope
 from ..store.append import StoredRow
 from ..store.sql import SqlEventStore
 from ..topic import TopicDef
 from . import deadletter
 from .component import (
     Component,
-    Delete,
-    EventMapper,
     HandlerSpec,
-    ReadModel,
-    Send,
-    SideEffectHandler,
-    Upsert,
-    as_ops,
-    call,
 )
-from .table import ReadModelTable
 
 log = logging.getLogger("reventless.collect")
 
@@ -387,174 +378,3 @@ class Collector:
                     if agg is not None:
                         self.parked.discard((topic, agg))
             return RedriveReport(ok, stuck)
-
-
-class ReadModelCollector(Collector):
-    """Keeps a ReadModel's table: rows and checkpoint commit in one transaction."""
-
-    def __init__(self, model: ReadModel[Any], table: ReadModelTable[Any], **kw: Any) -> None:
-        super().__init__(model, **kw)
-        self.table = table
-        for spec in [*model.handlers.values(), *model.topic_handlers.values()]:
-            if spec.is_async:
-                raise SpecError(f"{model.name}: read-model handlers must be plain functions")
-
-    def apply_sync(
-        self, conn: Connection, envs: list[Envelope[Any]], *, redo: bool = False
-    ) -> Failed:
-        """Run the handlers over ``envs`` and write the final rows; returns failures."""
-        table = self.table
-        pairs = [(ev, self.handler_for(ev)) for ev in envs]
-        keys = [spec.key(ev) if spec.wants_current else None for ev, spec in pairs]
-        need = {k for k, (_, spec) in zip(keys, pairs, strict=True) if spec.wants_current}
-        state: dict[Any, Any] = table.fetch_sync(conn, list(need)) if need else {}
-        changed: dict[Any, Any] = {}
-        failed: Failed = []
-        row_type, key_field = table.model.row, table.model.key
-        check_parked = bool(self.parked) and not redo
-        for (ev, spec), key in zip(pairs, keys, strict=True):
-            if check_parked and self.is_parked(ev):
-                failed.append((ev, "parked behind an earlier dead letter of this aggregate", 0))
-                continue
-            try:
-                out = spec.fn(ev, state.get(key)) if spec.wants_current else spec.fn(ev)
-                if type(out) is Upsert and type(out.row) is row_type:  # the common case
-                    k = getattr(out.row, key_field)
-                    state[k] = changed[k] = out.row
-                    continue
-                staged: list[tuple[Any, Any]] = []
-                for op in as_ops(out):
-                    if isinstance(op, Upsert):
-                        staged.append((table.key_of(op.row), op.row))
-                    elif isinstance(op, Delete):
-                        staged.append((op.key, None))
-                    else:
-                        raise SpecError(f"{self.name}: handlers return Upsert/Delete, got {op!r}")
-            except Exception as exc:
-                if redo:
-                    raise
-                failed.append((ev, _err(exc), 1))
-                self.park(ev)
-                continue
-            for k, row in staged:
-                state[k] = row
-                changed[k] = row
-        table.write_sync(conn, changed)
-        return failed
-
-    async def process(
-        self, topic: str, partition: int, envs: list[Envelope[Any]], checkpoint: int
-    ) -> None:
-        """Rows, dead letters and checkpoint in one transaction."""
-
-        def work(conn: Connection) -> None:
-            failed = self.apply_sync(conn, envs) if envs else []
-            deadletter.record_sync(self.db, conn, self.name, failed)
-            self.checkpoint_sync(conn, topic, partition, checkpoint)
-
-        await self.db.write(work)
-
-    async def redo(self, ev: Envelope[Any]) -> None:
-        """Apply one event again (no checkpoint change); raise on failure."""
-        await self.db.write(lambda conn: self.apply_sync(conn, [ev], redo=True))
-
-
-class _RetryingCollector(Collector):
-    max_attempts = 3
-    backoff = 0.05
-    concurrency = 256
-
-    async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
-        raise NotImplementedError
-
-    async def process(
-        self, topic: str, partition: int, envs: list[Envelope[Any]], checkpoint: int
-    ) -> None:
-        # Per-aggregate order is kept; different aggregates are handled concurrently,
-        # so the commands they cause share group commits.
-        failed: Failed = []
-        parts: dict[str | None, list[Envelope[Any]]] = {}
-        for ev in envs:
-            parts.setdefault(ev.aggregate_id, []).append(ev)
-        gate = asyncio.Semaphore(self.concurrency)
-
-        async def run(part: list[Envelope[Any]]) -> None:
-            async with gate:
-                for ev in part:
-                    if self.is_parked(ev):
-                        failed.append(
-                            (ev, "parked behind an earlier dead letter of this aggregate", 0)
-                        )
-                    else:
-                        await self._attempt(ev, failed)
-
-        if None in parts:  # rows without an aggregate keep their total order
-            await run(parts.pop(None))
-        await asyncio.gather(*(run(p) for p in parts.values()))
-        failed.sort(key=lambda f: f[0].offset)
-        await self._commit(topic, partition, checkpoint, failed)
-
-    async def _attempt(self, ev: Envelope[Any], failed: Failed) -> None:
-        spec = self.handler_for(ev)
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                await self.handle(ev, spec)
-                return
-            except Rejected as exc:  # a business refusal will not change on retry
-                failed.append((ev, _err(exc), attempt))
-                self.park(ev)
-                return
-            except Exception as exc:
-                if attempt == self.max_attempts:
-                    log.warning("%s gave up on %s@%s: %s", self.name, ev.topic, ev.offset, exc)
-                    failed.append((ev, _err(exc), attempt))
-                    self.park(ev)
-                else:
-                    delay = self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
-                    await asyncio.sleep(delay)
-
-    async def redo(self, ev: Envelope[Any]) -> None:
-        await self.handle(ev, self.handler_for(ev))
-
-
-class MapperCollector(_RetryingCollector):
-    """Turns events into commands; deterministic command ids make redelivery harmless."""
-
-    def __init__(self, mapper: EventMapper, resolve: LogResolver, **kw: Any) -> None:
-        super().__init__(mapper, **kw)
-        self.resolve = resolve
-
-    async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
-        """Execute the commands the mapper returns for ``ev``."""
-        out = await call(spec, ev)
-        for i, send in enumerate(as_ops(out)):
-            if not isinstance(send, Send):
-                raise SpecError(f"{self.name}: mappers return rv.Send(...), got {send!r}")
-            target = self.resolve(send.target)
-            meta = Metadata(
-                correlation_id=ev.meta.correlation_id or ev.msg_id,
-                causation_id=ev.msg_id,
-                user=ev.meta.user,
-                service=ev.meta.service,
-                ip=ev.meta.ip,
-                tenant=ev.meta.tenant,
-            )
-            await target.execute(
-                send.aggregate_id,
-                send.command,
-                meta=meta,
-                command_id=command_id_for(self.name, ev.msg_id, str(i)),
-            )
-
-
-class SideEffectCollector(_RetryingCollector):
-    """Runs side effects at least once; failures retry with backoff, then dead-letter."""
-
-    def __init__(self, handler: SideEffectHandler, **kw: Any) -> None:
-        super().__init__(handler, **kw)
-        self.max_attempts = handler.max_attempts
-        self.backoff = handler.backoff
-
-    async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
-        """Run the side effect for ``ev``."""
-        await call(spec, ev)

@@ -72,7 +72,7 @@ async def test_duplicated_and_reordered_deliveries_leave_the_model_identical(
         batches.append(rows[-1:])  # the tail must reach it somehow (live, or the poll)
         app2 = None if reference.store.db.is_memory else rv.App(store=store_url)
         if app2 is None:  # one in-memory database: reuse the running store
-            from reventless.collect.runtime import ReadModelCollector
+            from reventless.collect.kinds import ReadModelCollector
             from reventless.collect.table import ReadModelTable
 
             table = ReadModelTable(second, reference.store.db)
