@@ -13,9 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from ..errors import ConcurrencyError, StoreError
 from .append import COPY_THRESHOLD, Appender, AppendRequest, AppendResult, StoredRow, TableInfo
 
-#: Up to this many rows one statement reserves offsets and inserts (CTE); above it, the
-#: counter bump and a pipelined executemany are cheaper.
-_CTE_ROWS = 1
+#: Up to this many rows one statement reserves offsets and inserts (a CTE): a lone
+#: append is then a single autocommitted statement, one round trip.
+_CTE_ROWS = 16
 
 
 class AsyncAppender:
@@ -33,6 +33,11 @@ class AsyncAppender:
             if self._engine is None:
                 self._engine = create_async_engine(self.url)
             self._conn = await self._engine.connect()
+            raw = await self._conn.get_raw_connection()
+            assert raw.driver_connection is not None
+            # Autocommit: a lone append is one statement, its own transaction (one round
+            # trip); groups open an explicit transaction.
+            await raw.driver_connection.set_autocommit(True)
         raw = await self._conn.get_raw_connection()
         return raw.driver_connection
 
@@ -49,8 +54,10 @@ class AsyncAppender:
         """Append ``reqs`` in one transaction; clashes fail only their request."""
         aconn = await self._connection()
         try:
+            cur = aconn.cursor()
+            if len(reqs) == 1 and reqs[0].command_id is None and len(reqs[0].rows) <= _CTE_ROWS:
+                return [await self._one(cur, reqs[0])]  # one atomic statement
             async with aconn.transaction():
-                cur = aconn.cursor()
                 if len(reqs) == 1:
                     return [await self._one(cur, reqs[0])]
                 return await self._many(aconn, cur, reqs)
