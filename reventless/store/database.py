@@ -291,13 +291,10 @@ class Database:
         )
 
     def write_raw_sync(self, fn: Callable[[Any], T], *, locked: bool = False) -> T:
-        """Like ``write_sync`` but ``fn`` gets a DBAPI cursor: the append hot path.
-
-        On SQLite the transaction is driven with plain BEGIN/COMMIT statements, which
-        skips SQLAlchemy's per-transaction bookkeeping.
+        """SQLite's append hot path: ``fn`` gets a DBAPI cursor inside plain
+        ``BEGIN IMMEDIATE``/``COMMIT`` statements, which skips SQLAlchemy's
+        per-transaction bookkeeping. (PostgreSQL appends run on ``pgasync``.)
         """
-        if not self.is_sqlite:
-            return self.write_sync(lambda conn: fn(conn.connection.dbapi_connection.cursor()))  # type: ignore[union-attr]
         lock = self._write_lock
         if lock is not None and not locked:
             lock.acquire()

@@ -1,32 +1,61 @@
 """PostgreSQL appends on an asyncio connection (psycopg's AsyncConnection, opened through
 SQLAlchemy's async engine): the group commit talks to the server from the event loop,
-with no hop to a worker thread. Same SQL and guarantees as ``append.Appender``."""
+with no hop to a worker thread.
+
+Offsets come from the topic's counter row in ``rv_topics``, bumped inside the appending
+transaction; its row lock is held to commit, so appends to one topic commit in offset
+order and a reader never sees offset N+1 before N. The bump also queues the commit-time
+``NOTIFY rv_events, '<topic>:<head>'`` (dropped with a rolled-back savepoint), which
+wakes the collectors of every process on the store.
+
+The connection autocommits: a lone append of up to ``_CTE_ROWS`` rows is one statement
+(bump in a CTE, then the INSERT), its own transaction, one round trip. Groups open an
+explicit transaction (same savepoint scheme as ``append.Appender``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ..errors import ConcurrencyError, StoreError
-from .append import COPY_THRESHOLD, Appender, AppendRequest, AppendResult, StoredRow, TableInfo
+from .append import (
+    NOTIFY_CHANNEL,
+    AppendRequest,
+    AppendResult,
+    StoredRow,
+    TableInfo,
+    by_topic,
+    command_rows,
+    command_sql,
+    lock_order,
+    place,
+)
+from .database import Database
 
-#: Up to this many rows one statement reserves offsets and inserts (a CTE): a lone
-#: append is then a single autocommitted statement, one round trip.
+#: Up to this many rows, one statement reserves the offsets and inserts (a CTE).
 _CTE_ROWS = 16
+#: COPY pays off from about this many rows in one statement.
+_COPY_ROWS = 64
+_BUMP = (
+    "UPDATE rv_topics SET head = head + %s WHERE name = %s "
+    f"RETURNING head, pg_notify('{NOTIFY_CHANNEL}', name || ':' || head::text)"
+)
 
 
 class AsyncAppender:
     """Writes groups of append requests on one long-lived async connection."""
 
-    def __init__(self, appender: Appender, url: sa.URL) -> None:
-        self.sync = appender  # SQL text, table lookup, error classes
-        self.db = appender.db
+    def __init__(self, db: Database, table_of: Callable[[str], TableInfo], url: sa.URL) -> None:
+        self.db = db
+        self.table_of = table_of
         self.url = url
         self._engine: AsyncEngine | None = None
         self._conn: AsyncConnection | None = None
+        self._cte: dict[tuple[str, int], str] = {}
 
     async def _connection(self) -> Any:
         if self._conn is None or self._conn.closed or self._conn.invalidated:
@@ -35,8 +64,6 @@ class AsyncAppender:
             self._conn = await self._engine.connect()
             raw = await self._conn.get_raw_connection()
             assert raw.driver_connection is not None
-            # Autocommit: a lone append is one statement, its own transaction (one round
-            # trip); groups open an explicit transaction.
             await raw.driver_connection.set_autocommit(True)
         raw = await self._conn.get_raw_connection()
         return raw.driver_connection
@@ -51,15 +78,16 @@ class AsyncAppender:
             self._engine = None
 
     async def group(self, reqs: list[AppendRequest]) -> list[AppendResult | Exception]:
-        """Append ``reqs`` in one transaction; clashes fail only their request."""
+        """Append ``reqs`` atomically; clashes fail only their request."""
         aconn = await self._connection()
         try:
             cur = aconn.cursor()
-            if len(reqs) == 1 and reqs[0].command_id is None and len(reqs[0].rows) <= _CTE_ROWS:
-                return [await self._one(cur, reqs[0])]  # one atomic statement
+            req = reqs[0]
+            if len(reqs) == 1 and req.command_id is None and len(req.rows) <= _CTE_ROWS:
+                return [await self._lone(cur, req)]  # one atomic statement
             async with aconn.transaction():
                 if len(reqs) == 1:
-                    return [await self._one(cur, reqs[0])]
+                    return [await self._one(cur, req)]
                 return await self._many(aconn, cur, reqs)
         except self.db.operational_errors as exc:
             if self._conn is not None:
@@ -69,7 +97,7 @@ class AsyncAppender:
     async def _many(
         self, aconn: Any, cur: Any, reqs: list[AppendRequest]
     ) -> list[AppendResult | Exception]:
-        order = sorted(range(len(reqs)), key=lambda i: reqs[i].topic)  # lock order
+        order = lock_order(reqs)
         results: list[AppendResult | Exception | None] = [None] * len(reqs)
         try:
             async with aconn.transaction():  # a savepoint
@@ -86,16 +114,13 @@ class AsyncAppender:
         return [r for r in results if r is not None]
 
     async def _bump(self, cur: Any, topic: str, n: int) -> int:
-        await cur.execute(
-            "UPDATE rv_topics SET head = head + %s WHERE name = %s RETURNING head, "
-            "pg_notify('rv_events', name || ':' || head::text)",
-            (n, topic),
-        )
+        await cur.execute(_BUMP, (n, topic))
         row = await cur.fetchone()
         return int(row[0]) - n + 1
 
-    async def _insert(self, cur: Any, info: TableInfo, rows: Sequence[StoredRow]) -> None:
-        if len(rows) < COPY_THRESHOLD:
+    async def _insert(self, cur: Any, topic: str, rows: list[StoredRow]) -> None:
+        info = self.table_of(topic)
+        if len(rows) < _COPY_ROWS:
             await cur.executemany(info.insert_sql, rows)
             return
         q = self.db.q
@@ -105,52 +130,61 @@ class AsyncAppender:
             for row in rows:
                 await copy.write_row(row)
 
+    def _cte_sql(self, info: TableInfo, n: int) -> str:
+        """Reserve ``n`` offsets and insert ``n`` rows in one statement."""
+        key = (info.table, n)
+        sql = self._cte.get(key)
+        if sql is None:
+            q = self.db.q
+            types = info.pg_types[1:]  # all but _offset
+            values = ", ".join(
+                f"({k}, " + ", ".join(f"%s::{t}" for t in types) + ")" for k in range(1, n + 1)
+            )
+            names = [f"c{i}" for i in range(len(types))]
+            sql = self._cte[key] = (
+                f"WITH h AS ({_BUMP.replace('head + %s', f'head + {n}')}) "
+                f"INSERT INTO {q(info.table)} ({', '.join(q(c) for c in info.columns)}) "
+                f"SELECT h.head - {n} + v.k, {', '.join('v.' + c for c in names)} "
+                f"FROM h, (VALUES {values}) AS v(k, {', '.join(names)}) RETURNING _offset"
+            )
+        return sql
+
+    async def _lone(self, cur: Any, req: AppendRequest) -> AppendResult:
+        n = len(req.rows)
+        params = (req.topic, *(v for r in req.rows for v in r))
+        try:
+            await cur.execute(self._cte_sql(self.table_of(req.topic), n), params)
+        except self.db.integrity_errors:
+            raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
+        got = await cur.fetchall()
+        if len(got) != n:
+            raise StoreError(f"topic {req.topic!r} is not registered in the store")
+        [result], _ = place(req.topic, [req], min(int(o) for (o,) in got))
+        return result
+
     async def _one(self, cur: Any, req: AppendRequest) -> AppendResult:
         if req.command_id is not None:
             try:
                 async with cur.connection.transaction():
-                    await cur.execute(
-                        self.sync.command_sql, (req.command_id, req.topic, req.aggregate_id)
-                    )
+                    await cur.execute(command_sql(self.db), command_rows([req])[0])
             except self.db.integrity_errors:
                 return AppendResult(req.topic, 0, -1, duplicate=True)
-        info = self.sync.table_of(req.topic)
-        n = len(req.rows)
+        if len(req.rows) <= _CTE_ROWS:
+            return await self._lone(cur, req)
+        [result], rows = place(req.topic, [req], await self._bump(cur, req.topic, len(req.rows)))
         try:
-            if n <= _CTE_ROWS:
-                params = (req.topic, *(v for r in req.rows for v in r))
-                await cur.execute(self.sync.cte_sql(info, n), params)
-                got = await cur.fetchall()
-                if len(got) != n:
-                    raise StoreError(f"topic {req.topic!r} is not registered in the store")
-                first = min(int(o) for (o,) in got)
-                rows = [(first + i, *r) for i, r in enumerate(req.rows)]
-            else:
-                first = await self._bump(cur, req.topic, n)
-                rows = [(first + i, *r) for i, r in enumerate(req.rows)]
-                await self._insert(cur, info, rows)
+            await self._insert(cur, req.topic, rows)
         except self.db.integrity_errors:
             raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
-        return AppendResult(req.topic, first, first + n - 1, rows)
+        return result
 
     async def _all(self, cur: Any, reqs: list[AppendRequest]) -> list[AppendResult]:
-        commands = [(r.command_id, r.topic, r.aggregate_id) for r in reqs if r.command_id]
+        commands = command_rows(reqs)
         if commands:
-            await cur.executemany(self.sync.command_sql, commands)
+            await cur.executemany(command_sql(self.db), commands)
         results: list[AppendResult] = []
-        i = 0
-        while i < len(reqs):  # reqs are sorted by topic
-            topic = reqs[i].topic
-            j = i
-            while j < len(reqs) and reqs[j].topic == topic:
-                j += 1
-            off = await self._bump(cur, topic, sum(len(r.rows) for r in reqs[i:j]))
-            all_rows: list[StoredRow] = []
-            for req in reqs[i:j]:
-                rows = [(off + k, *r) for k, r in enumerate(req.rows)]
-                results.append(AppendResult(topic, off, off + len(rows) - 1, rows))
-                off += len(rows)
-                all_rows.extend(rows)
-            await self._insert(cur, self.sync.table_of(topic), all_rows)
-            i = j
+        for topic, run, total in by_topic(reqs):
+            done, rows = place(topic, run, await self._bump(cur, topic, total))
+            await self._insert(cur, topic, rows)
+            results += done
         return results

@@ -106,7 +106,7 @@ class SqlEventStore:
         if not self.db.is_sqlite:  # appends talk to PostgreSQL from the event loop
             from .pgasync import AsyncAppender
 
-            self._async = AsyncAppender(self._appender, self.db.url)
+            self._async = AsyncAppender(self.db, lambda topic: self._entry(topic).info, self.db.url)
         self._changed = asyncio.Event()
 
     def _on_notify(self, payload: str) -> None:
