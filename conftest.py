@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.nats_server import nats_server, nats_url  # noqa: F401  (fixtures)
+from tests.services import unavailable
+
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -51,26 +54,19 @@ PG_ADMIN = os.environ.get(
 )
 
 
-def _unavailable(what: str) -> None:
-    """Under CI a missing service fails the test; developers get a skip with the reason."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{what} (CI=true: service-backed tests must not skip)")
-    pytest.skip(what)
-
-
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database for this test run (dropped at the end)."""
     try:
         import psycopg
     except ImportError:
-        _unavailable("psycopg is not installed (pip install -e '.[postgres]')")
+        unavailable("psycopg is not installed (pip install -e '.[postgres]')")
     name = f"rv_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     try:
         with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=5) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.OperationalError as exc:
-        _unavailable(f"PostgreSQL is not reachable ({PG_ADMIN}): {exc}")
+        unavailable(f"PostgreSQL is not reachable ({PG_ADMIN}): {exc}")
     info = psycopg.conninfo.conninfo_to_dict(PG_ADMIN)
     yield (
         f"postgresql+psycopg://{info.get('user', 'postgres')}@{info.get('host', '127.0.0.1')}:"
@@ -91,5 +87,3 @@ def pg_url(pg_database: str) -> str:
         conn.execute(f"CREATE SCHEMA {schema}")
     return f"{pg_database}?options=-csearch_path%3D{schema}"
 
-
-from tests.nats_server import nats_server, nats_url  # noqa: E402, F401  (nats fixtures)

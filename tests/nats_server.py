@@ -20,13 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.services import unavailable
+
 _CANDIDATES = ("/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server")
-
-
-def _unavailable(what: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{what} (CI=true: service-backed tests must not skip)")
-    pytest.skip(what)
 
 
 def nats_binary() -> str:
@@ -35,7 +31,7 @@ def nats_binary() -> str:
     candidates = [explicit] if explicit else [shutil.which("nats-server"), *_CANDIDATES]
     found = next((c for c in candidates if c and os.access(c, os.X_OK)), None)
     if not found:
-        _unavailable(f"nats-server is not installed (run infra/local/nats.sh): {explicit or ''}")
+        unavailable(f"nats-server is not installed (run infra/local/nats.sh): {explicit or ''}")
     require_adapter()
     assert found is not None
     return found
@@ -46,7 +42,7 @@ def require_adapter() -> None:
     try:
         import reventless_nats  # noqa: F401
     except ImportError:
-        _unavailable("reventless-nats is not installed (pip install -e adapters/nats)")
+        unavailable("reventless-nats is not installed (pip install -e adapters/nats)")
 
 
 def free_port() -> int:
