@@ -30,6 +30,7 @@ from .collect.deadletter import DeadLetter, list_sync
 from .collect.kinds import MapperCollector, ReadModelCollector, SideEffectCollector
 from .collect.runtime import Collector, CollectorOptions, RedriveReport
 from .collect.table import ReadModelTable
+from .decode import retired_models
 from .errors import ReventlessError, SpecError, StoreError
 from .eventlog import EventLog, LogOptions, Topic
 from .relay import Relay
@@ -37,7 +38,6 @@ from .spec import Aggregate, Event
 from .store.database import Database, StoreOptions
 from .store.sql import SqlEventStore
 from .topic import TopicDef, TopicKind
-from .upcast import retired_models
 
 A = TypeVar("A", bound=Aggregate)
 R = TypeVar("R", bound=BaseModel)

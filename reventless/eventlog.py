@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from .codec import TopicSchema
+from .decode import decode_row, envelope_of
 from .errors import (
     AggregateNotFoundError,
     ConcurrencyError,
@@ -39,7 +39,6 @@ from .spec import Aggregate, Command, Envelope, Event, Metadata
 from .store.append import AppendRequest, AppendResult, StoredRow
 from .store.sql import SqlEventStore
 from .topic import TopicDef, partition_of
-from .upcast import decode_row
 
 A = TypeVar("A", bound=Aggregate)
 _EMPTY_META = Metadata()
@@ -74,38 +73,6 @@ class ExecuteResult:
     first_offset: int
     last_offset: int
     duplicate: bool = False
-
-
-_META_CACHE: dict[tuple[Any, ...], Metadata] = {}
-
-
-def _meta_of(row: StoredRow) -> Metadata:
-    # Events of one command (and often of one caller) share their metadata: reuse the
-    # immutable object instead of building one per event.
-    key = row[8:14]
-    meta = _META_CACHE.get(key)
-    if meta is None:
-        if len(_META_CACHE) >= 4096:
-            _META_CACHE.clear()
-        meta = _META_CACHE[key] = Metadata.trusted(*key)
-    return meta
-
-
-def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any]:
-    """Decode one stored row into an ``Envelope`` (raises ``UnknownEventTypeError``)."""
-    return Envelope(
-        decode_row(schema, row),
-        topic,
-        row[0],
-        row[5],
-        row[3],
-        row[4],
-        row[7],
-        row[2],
-        _meta_of(row),
-        row[6],
-        row[1],
-    )
 
 
 def _now_us() -> int:

@@ -21,8 +21,9 @@ from sqlalchemy.engine import Connection
 
 from ..broker import Broker, Message, Subscription
 from ..codec import META_NAMES
+from ..decode import envelope_of
 from ..errors import Rejected, SpecError
-from ..eventlog import EventLog, envelope_of
+from ..eventlog import EventLog
 from ..relay import decode_batch
 from ..spec import Aggregate, Envelope
 from ..store.append import StoredRow

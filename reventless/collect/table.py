@@ -14,7 +14,7 @@ from ..codec import TopicSchema
 from ..errors import SpecError
 from ..store import tables
 from ..store.database import Database, table_name
-from ..store.sql import _KIND_TYPES
+from ..store.ddl import KIND_TYPES
 from .component import ReadModel
 
 R = TypeVar("R", bound=BaseModel)
@@ -59,7 +59,7 @@ class ReadModelTable(Generic[R]):
             *(
                 sa.Column(
                     c.name,
-                    _KIND_TYPES[c.sql_kind](),
+                    KIND_TYPES[c.sql_kind](),
                     primary_key=c.name == self.model.key,
                     nullable=c.nullable or c.name == self.model.key,
                     autoincrement=False,

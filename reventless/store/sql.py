@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..codec import META_FIELDS, META_NAMES, META_SQL_KINDS, Column
+from ..codec import META_NAMES, META_SQL_KINDS
 from ..errors import SchemaMismatchError, StoreError
 from ..topic import TopicDef
 from . import tables
@@ -34,7 +34,8 @@ from .append import (
     StoredRow,
     TableInfo,
 )
-from .database import Database, table_name
+from .database import Database
+from .ddl import PG_TYPES, evolve, topic_table
 
 if TYPE_CHECKING:
     from .pgasync import AsyncAppender
@@ -43,25 +44,7 @@ from .stream import cursor_pages, keyset_pages
 log = logging.getLogger("reventless.store")
 
 
-_KIND_TYPES: dict[str, Callable[[], Any]] = {
-    "int": sa.BigInteger,
-    "float": sa.Double,
-    "bool": sa.Boolean,
-    "text": sa.Text,
-    "blob": sa.LargeBinary,
-    "json": sa.Text,
-}
 _MAX_GROUP = 2000
-
-
-_PG_TYPES = {
-    "int": "int8",
-    "float": "float8",
-    "bool": "bool",
-    "text": "text",
-    "blob": "bytea",
-    "json": "text",
-}
 
 
 @dataclass(slots=True)
@@ -142,40 +125,6 @@ class SqlEventStore:
 
     # -- topics ----------------------------------------------------------------------------
 
-    def _table_for(self, topic: TopicDef) -> sa.Table:
-        md = sa.MetaData()
-        name = table_name("ev_", topic.name)
-        cols: list[sa.Column[Any]] = []
-        for meta_field, kind in zip(META_FIELDS, META_SQL_KINDS, strict=True):
-            meta_name, nullable = meta_field.name, meta_field.nullable
-            col_type = _KIND_TYPES[kind]()
-            if meta_name == "_offset":  # on SQLite: the rowid itself, no second index
-                col_type = col_type.with_variant(sa.Integer(), "sqlite")
-            cols.append(
-                sa.Column(
-                    meta_name,
-                    col_type,
-                    primary_key=meta_name == "_offset",
-                    autoincrement=False,
-                    nullable=nullable,
-                )
-            )
-        cols.extend(self._field_column(c) for c in topic.schema.columns)
-        extra: list[Any] = []
-        if topic.partitions > 1:  # per-partition reads and heads; one partition needs none
-            extra.append(sa.Index(f"ix_{name}_partition", "_partition", "_offset"))
-        return sa.Table(
-            name,
-            md,
-            *cols,
-            sa.UniqueConstraint("_aggregate_id", "_version", name=f"uq_{name}_version"),
-            *extra,
-        )
-
-    @staticmethod
-    def _field_column(c: Column) -> sa.Column[Any]:
-        return sa.Column(c.name, _KIND_TYPES[c.sql_kind](), nullable=c.nullable)
-
     def _remember(self, topic: TopicDef, table: str) -> None:
         q = self.db.q
         names = [*META_NAMES, *(c.name for c in topic.schema.columns)]
@@ -184,7 +133,7 @@ class SqlEventStore:
         info = TableInfo(
             table=table,
             columns=tuple(names),
-            pg_types=tuple(_PG_TYPES[k] for k in kinds),
+            pg_types=tuple(PG_TYPES[k] for k in kinds),
             insert_sql=(
                 f"INSERT INTO {q(table)} ({col_list}) VALUES ({self.db.placeholders(len(names))})"
             ),
@@ -200,7 +149,7 @@ class SqlEventStore:
         different schema is upgraded only by adding nullable columns; anything else
         raises ``SchemaMismatchError`` and changes nothing.
         """
-        table = self._table_for(topic)
+        table = topic_table(topic)
         schema = topic.schema
         encoded = base64.b64encode(schema.arrow_schema.serialize().to_pybytes()).decode()
 
@@ -235,7 +184,7 @@ class SqlEventStore:
                     f"declared with {topic.tenant!r}"
                 )
             if row.fingerprint != schema.fingerprint:
-                self._evolve(conn, topic, row.table_name)
+                evolve(self.db, conn, topic, row.table_name)
                 conn.execute(
                     tables.topics.update()
                     .where(tables.topics.c.name == topic.name)
@@ -249,35 +198,6 @@ class SqlEventStore:
             raise StoreError(f"cannot create topic {topic.name!r}: {exc}") from exc
         self._remember(topic, table.name)
         return created
-
-    def _evolve(self, conn: Connection, topic: TopicDef, table: str) -> None:
-        existing = {c["name"]: c for c in sa.inspect(conn).get_columns(table)}
-        for c in topic.schema.columns:
-            have = existing.get(c.name)
-            if have is None:
-                if not c.nullable:
-                    raise SchemaMismatchError(
-                        f"topic {topic.name!r}: new column {c.name!r} must be nullable"
-                    )
-                col_type = _KIND_TYPES[c.sql_kind]().compile(dialect=conn.dialect)
-                conn.exec_driver_sql(
-                    f"ALTER TABLE {self.db.q(table)} ADD COLUMN {self.db.q(c.name)} {col_type}"
-                )
-                continue
-            want = _KIND_TYPES[c.sql_kind]()
-            if have["type"]._type_affinity is not want._type_affinity:
-                raise SchemaMismatchError(
-                    f"topic {topic.name!r}: column {c.name!r} is stored as {have['type']}, "
-                    f"the spec now says {c.sql_kind}"
-                )
-        declared = {c.name for c in topic.schema.columns} | set(META_NAMES)
-        dropped = sorted(set(existing) - declared)
-        if dropped:
-            raise SchemaMismatchError(
-                f"topic {topic.name!r}: stored columns {dropped} are missing from the spec "
-                "(columns can be added, never removed: keep them as `retired` fields of an "
-                "@rv.upcasts upcaster)"
-            )
 
     async def unregister(self, topic_name: str) -> None:
         """Drop a topic's table and registry row (used to undo a failed build)."""

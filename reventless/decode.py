@@ -1,7 +1,7 @@
-"""Reading events stored by older versions of their class (schema evolution).
+"""Decoding stored rows into envelopes and events, including schema evolution.
 
-Rows carry ``_schema_version``. A row older than its class is turned into a dict of its
-stored columns (JSON-compatible values), passed through the class's upcasters one
+Rows carry ``_schema_version``. A row older than its class is turned into a dict of
+its stored columns (JSON-compatible values), passed through the class's upcasters one
 version at a time (``@rv.upcasts``), then validated as the current class. A row newer
 than its class, or a missing upcaster, fails loudly.
 """
@@ -16,7 +16,8 @@ from pydantic import create_model
 
 from .codec import FIELDS_AT, TopicSchema
 from .errors import SchemaMismatchError, UnknownEventTypeError
-from .spec import Event
+from .spec import Envelope, Event, Metadata
+from .store.append import StoredRow
 
 
 def retired_models(events: Sequence[type[Event]]) -> list[type[Event]]:
@@ -66,3 +67,35 @@ def upcast(schema: TopicSchema, event_type: str, version: int, values: Sequence[
             )
         data = fn(dict(data))
     return cls.model_validate(data)
+
+
+_META_CACHE: dict[tuple[Any, ...], Metadata] = {}
+
+
+def _meta_of(row: StoredRow) -> Metadata:
+    # Events of one command (and often of one caller) share their metadata: reuse the
+    # immutable object instead of building one per event.
+    key = row[8:14]
+    meta = _META_CACHE.get(key)
+    if meta is None:
+        if len(_META_CACHE) >= 4096:
+            _META_CACHE.clear()
+        meta = _META_CACHE[key] = Metadata.trusted(*key)
+    return meta
+
+
+def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any]:
+    """Decode one stored row into an ``Envelope`` (raises ``UnknownEventTypeError``)."""
+    return Envelope(
+        decode_row(schema, row),
+        topic,
+        row[0],
+        row[5],
+        row[3],
+        row[4],
+        row[7],
+        row[2],
+        _meta_of(row),
+        row[6],
+        row[1],
+    )
