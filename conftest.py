@@ -86,4 +86,3 @@ def pg_url(pg_database: str) -> str:
     with psycopg.connect(plain, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     return f"{pg_database}?options=-csearch_path%3D{schema}"
-
