@@ -52,6 +52,9 @@ class AppOptions:
     log: LogOptions = field(default_factory=LogOptions)
     collector: CollectorOptions = field(default_factory=CollectorOptions)
     relay_retry_interval: float = 0.5
+    #: Seconds rows committed by another process may stay unpublished before this
+    #: process's relay publishes them (their writer died before its relay did).
+    relay_orphan_after: float = 3.0
     #: Default partition count of new topics (fixed per topic once created).
     partitions: int = 1
 
@@ -300,7 +303,11 @@ class App:
         self._started = True
         defs = {n: t.definition for n, t in self._topics.items()}
         self._relay = Relay(
-            self.store, self.broker, defs, retry_interval=self.options.relay_retry_interval
+            self.store,
+            self.broker,
+            defs,
+            retry_interval=self.options.relay_retry_interval,
+            orphan_after=self.options.relay_orphan_after,
         )
         await self._relay.start()
         for name, comp in self._components.items():

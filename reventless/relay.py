@@ -4,6 +4,13 @@ The store is the outbox. The relay remembers, per topic, the last offset it
 published (persisted lazily in ``rv_relay``: after a crash it re-publishes a
 little, which is harmless because message ids are stable and collectors are
 idempotent). A broker failure is logged and retried; commands never see it.
+
+Several processes share one store: each relay publishes its own commits at once
+(and, to keep offset order, other processes' rows between them). Rows that only
+other processes committed are left to their relays: this one adopts the shared
+``rv_relay`` position, and publishes such rows itself only once they have stayed
+unpublished for ``orphan_after`` seconds (their writer died). So a process that
+only reads (a projector service) does not re-publish the log.
 """
 
 from __future__ import annotations
@@ -94,11 +101,15 @@ class Relay:
         retry_interval: float = 0.5,
         persist_interval: float = 1.0,
         linger: float = 0.002,
+        orphan_after: float = 3.0,
     ) -> None:
         self.store, self.broker, self.topics = store, broker, dict(topics)
         self.retry_interval = retry_interval
         self.persist_interval = persist_interval
         self.linger = linger
+        self.orphan_after = orphan_after
+        # topic -> (a head committed elsewhere, when first seen unpublished)
+        self._foreign: dict[str, tuple[int, float]] = {}
         self.published: dict[str, int] = {}
         self._persisted: dict[str, int] = {}
         self._buffer: dict[str, deque[StoredRow]] = {n: deque() for n in self.topics}
@@ -131,8 +142,13 @@ class Relay:
 
         positions = await self.store.db.write(work)
         self.published = {n: positions[n] for n in names}
-        heads = await self.store.heads()
-        self._known = {n: heads.get(n, 0) for n in names}
+        # Rows committed but not published when we start are another (live or dead)
+        # process's: left to its relay for ``orphan_after`` seconds.
+        self._known = dict(self.published)
+        now = asyncio.get_running_loop().time()
+        for n, head in (await self.store.heads()).items():
+            if n in self._known and head > self._known[n]:
+                self._foreign[n] = (head, now)
         lasts = await self.store.partition_heads(names, upto=self.published)
         for (name, p), off in lasts.items():
             if off:
@@ -161,9 +177,7 @@ class Relay:
             except TimeoutError:
                 # Quiet: look for commits made by other processes sharing the store.
                 with contextlib.suppress(ReventlessError):
-                    for name, head in (await self.store.heads()).items():
-                        if name in self._known:
-                            self._known[name] = max(self._known[name], head)
+                    await self._look_around(loop.time())
             if self.linger:
                 await asyncio.sleep(self.linger)  # let a few commits share one message
             self._wake.clear()
@@ -174,6 +188,39 @@ class Relay:
             if not ok:
                 await asyncio.sleep(self.retry_interval)
                 self._wake.set()
+
+    async def _look_around(self, now: float) -> None:
+        """Adopt what other relays published; take over rows left unpublished too long."""
+        shared = await self._shared_positions()
+        adopted = []
+        for name, pos in shared.items():
+            if name in self.published and pos > self.published[name]:
+                self.published[name] = self._persisted[name] = pos
+                adopted.append(name)
+        if adopted:
+            lasts = await self.store.partition_heads(adopted, upto=self.published)
+            for name in adopted:
+                self._last[name] = {}
+            for (name, p), off in lasts.items():
+                if off:
+                    self._last[name][p] = off
+        for name, head in (await self.store.heads()).items():
+            if name not in self._known or head <= max(self._known[name], self.published[name]):
+                self._foreign.pop(name, None)
+                continue
+            seen = self._foreign.get(name)
+            if seen is None or seen[0] > head:
+                seen = self._foreign[name] = (head, now)
+            if now - seen[1] >= self.orphan_after:  # its writer's relay did not publish it
+                self._known[name] = max(self._known[name], seen[0])
+                self._foreign.pop(name, None)
+
+    async def _shared_positions(self) -> dict[str, int]:
+        def work(conn: Connection) -> dict[str, int]:
+            rows = conn.exec_driver_sql('SELECT topic, "offset" FROM rv_relay').all()
+            return {str(t): int(o) for t, o in rows}
+
+        return await self.store.db.read(work)
 
     async def publish_pending(self) -> bool:
         """Publish everything committed and not yet published; False if the broker failed."""
@@ -213,9 +260,9 @@ class Relay:
         mark = self.store.db.mark
 
         def work(conn: Connection) -> None:
-            conn.exec_driver_sql(
-                f'UPDATE rv_relay SET "offset" = {mark} WHERE topic = {mark}',
-                [(o, t) for t, o in changed.items()],
+            conn.exec_driver_sql(  # never move a position another relay advanced back
+                f'UPDATE rv_relay SET "offset" = {mark} WHERE topic = {mark} AND "offset" < {mark}',
+                [(o, t, o) for t, o in changed.items()],
             )
 
         await self.store.db.write(work)
