@@ -84,9 +84,13 @@ def _meta_of(row: StoredRow) -> Metadata:
     return meta
 
 
+_tuple_new = tuple.__new__
+
+
 def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any]:
     """Decode one stored row into an ``Envelope`` (raises ``UnknownEventTypeError``)."""
-    return Envelope(
+    # tuple.__new__ skips the named tuple's Python-level __new__ (hot path).
+    fields = (
         decode_row(schema, row),
         topic,
         row[0],
@@ -99,3 +103,4 @@ def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any
         row[6],
         row[1],
     )
+    return _tuple_new(Envelope, fields)

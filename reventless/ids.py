@@ -10,6 +10,7 @@ import uuid
 _lock = threading.Lock()
 _last_ms = 0
 _seq = 0
+_VARIANT = {h: "89ab"[int(h, 16) & 3] for h in "0123456789abcdef"}
 
 
 def _reserve(n: int) -> list[tuple[int, int]]:
@@ -39,13 +40,16 @@ def uuid7_strs(n: int) -> list[str]:
     """
     rand = os.urandom(8 * n).hex()  # 16 hex digits of randomness per id
     out = []
-    variant = "89ab"
+    last_ms, head = -1, ""
     for i, (ms, seq) in enumerate(_reserve(n)):
-        t = f"{ms:012x}"
-        r = rand[16 * i : 16 * i + 16]
+        if ms != last_ms:  # ids of one call mostly share their millisecond
+            t = f"{ms:012x}"
+            last_ms, head = ms, f"{t[:8]}-{t[8:]}-7"
+        j = 16 * i
         # the first random nibble carries the RFC 9562 variant bits (0b10xx)
-        v = variant[int(r[0], 16) & 3]
-        out.append(f"{t[:8]}-{t[8:]}-7{seq:03x}-{v}{r[1:4]}-{r[4:16]}")
+        out.append(
+            f"{head}{seq:03x}-{_VARIANT[rand[j]]}{rand[j + 1 : j + 4]}-{rand[j + 4 : j + 16]}"
+        )
     return out
 
 

@@ -32,9 +32,9 @@ import ipaddress
 import types
 import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -363,11 +363,14 @@ class Metadata:
         return obj
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope(Generic[E]):
-    """One stored event with its log coordinates and metadata.
+_NO_META = Metadata()
+
+
+class Envelope(NamedTuple, Generic[E]):
+    """One stored event with its log coordinates and metadata (immutable).
 
     ``event`` is the decoded pydantic event (or a row dict for schema-only topics).
+    A named tuple: built once per delivered event, so it must be cheap to make.
     """
 
     event: E
@@ -378,7 +381,7 @@ class Envelope(Generic[E]):
     version: int | None
     msg_id: str
     produced_at_us: int
-    meta: Metadata = field(default_factory=Metadata)
+    meta: Metadata = _NO_META
     schema_version: int = 1
     row_idx: int = 0
 

@@ -291,10 +291,15 @@ class Collector:
         handlers = self.dispatch.get(topic, {})
         schema = self.topics[topic].schema
         wildcard = "*" in handlers
-        envs = [envelope_of(schema, topic, r) for r in rows if wildcard or r[5] in handlers]
-        await self.process(topic, partition, envs, rows[-1][0])
-        self.checkpoints[key] = rows[-1][0]
-        self.processed += len(rows)
+        # At most a page per transaction: tens of thousands of live envelopes at once
+        # cost more in cyclic GC passes (~3 us/event) than decoding them does.
+        step = self.options.page_size
+        for i in range(0, len(rows), step):
+            chunk = rows[i : i + step]
+            envs = [envelope_of(schema, topic, r) for r in chunk if wildcard or r[5] in handlers]
+            await self.process(topic, partition, envs, chunk[-1][0])
+            self.checkpoints[key] = chunk[-1][0]
+            self.processed += len(chunk)
 
     def handler_for(self, ev: Envelope[Any]) -> HandlerSpec:
         """The handler registered for ``ev``'s topic and type."""
