@@ -189,3 +189,39 @@ async def test_publish_pipelines_many_messages(nats_broker: object) -> None:
     info = await nats_broker.stream_info("bulk")
     assert info.state.messages == 2000
     assert nats_broker.duplicates_dropped == 500
+
+
+async def test_a_group_member_gets_only_its_subjects_from_the_server(nats_url: str) -> None:
+    import nats
+    from reventless_nats import JetStreamBroker
+
+    b = JetStreamBroker.from_url(f"{nats_url}&partitions=4")
+    await b.connect()
+    got: list[str] = []
+
+    async def handle(msgs: Sequence[Message]) -> None:
+        got.extend(m.key for m in msgs)
+
+    try:
+        await b.declare("parts")
+        # Topic partitions 1 and 5 both map to subject partition 1 (of 4).
+        await b.subscribe("grp.m1of2", ["parts"], handle, partitions=[1, 5])
+        await b.subscribe("whole", ["parts"], handle, partitions=[0, 1, 2, 3])
+        keys = [str(i % 8) for i in range(40)]
+        await b.publish(
+            [Message(topic="parts", data=b"x", msg_id=f"p-{i}", key=k) for i, k in enumerate(keys)]
+        )
+        mine = [k for k in keys if k in ("1", "5")]
+        await until(lambda: sorted(got) == sorted(mine + [k for k in keys if int(k) < 4]))
+        o = b.options
+        nc = await nats.connect(o.servers[0])
+        js = nc.jetstream()
+        member = await js.consumer_info(o.stream_name("parts"), o.durable_name("grp.m1of2", 1))
+        assert member.config.filter_subject == o.subjects("parts", 1)
+        # The server sent the member subject 1 only: keys 1 and 5, nothing else.
+        assert member.delivered.consumer_seq == len(mine)
+        whole = await js.consumer_info(o.stream_name("parts"), o.durable_name("whole"))
+        assert whole.config.filter_subject == o.subjects("parts")  # all 4 subjects: one consumer
+        await nc.close()
+    finally:
+        await b.close()

@@ -93,7 +93,7 @@ class JetStreamBroker:
         self._subscribe_lock = asyncio.Lock()
         self._declared: set[str] = set()
         self._created: set[str] = set()  # streams this broker made
-        self._pumps: dict[tuple[str, str], _Pump] = {}
+        self._pumps: dict[tuple[str, str, int | None], _Pump] = {}
         self._last_error = ""
         #: Messages the server stored / dropped as duplicates / skipped as too large.
         self.published = 0
@@ -277,14 +277,16 @@ class JetStreamBroker:
             ) from exc
         log.warning("stream %s had subjects %s: added %s", name, have, ours)
 
-    async def _ensure_consumer(self, stream: str, durable: str, group: str, topic: str) -> None:
+    async def _ensure_consumer(
+        self, stream: str, durable: str, group: str, topic: str, part: int | None = None
+    ) -> None:
         js = self._jetstream()
         o = self.options
         want = ConsumerConfig(
             name=durable,
             durable_name=durable,
             description=f"reventless group {group} on topic {topic}",
-            filter_subject=o.subjects(topic),
+            filter_subject=o.subjects(topic, part),
             ack_policy=AckPolicy.EXPLICIT,
             # A new group starts at the live end: collectors catch up from the store.
             deliver_policy=DeliverPolicy.NEW,
@@ -389,7 +391,12 @@ class JetStreamBroker:
         partitions: Collection[int] | None = None,
     ) -> JetStreamSubscription:
         """Join ``group`` on ``topics``: one durable pull consumer per (group, topic),
-        shared by this process's members of the group (split by ``crc32(key)``)."""
+        shared by this process's members of the group (split by ``crc32(key)``).
+
+        With ``partitions`` (a member of a collector group), one consumer per subject
+        partition those topic partitions map to, each filtering on its one subject, so
+        the server sends the member only (nearly) its own partitions; what still arrives
+        of other partitions (several map to one subject) is acked without delivery."""
         self._jetstream()
         async with self._subscribe_lock:
             return await self._subscribe(group, topics, handler, partitions)
@@ -403,18 +410,22 @@ class JetStreamBroker:
     ) -> JetStreamSubscription:
         joined: list[tuple[_Pump, _Member]] = []
         try:
+            n = self.options.partitions
+            parts = sorted({p % n for p in partitions}) if partitions is not None else []
+            subject_parts: list[int | None] = [*parts] if 0 < len(parts) < n else [None]
             for topic in dict.fromkeys(topics):
-                pump = self._pumps.get((group, topic))
-                fresh = pump is None
-                if pump is None:
-                    pump = _Pump(self, group, topic)
-                    await pump._setup()  # errors reach the caller (bad config, no server)
-                    self._pumps[(group, topic)] = pump
-                member = _Member(handler, None if partitions is None else frozenset(partitions))
-                pump.members.append(member)
-                joined.append((pump, member))
-                if fresh:
-                    pump.start()
+                for part in subject_parts:
+                    pump = self._pumps.get((group, topic, part))
+                    fresh = pump is None
+                    if pump is None:
+                        pump = _Pump(self, group, topic, part)
+                        await pump._setup()  # errors reach the caller (bad config, no server)
+                        self._pumps[(group, topic, part)] = pump
+                    member = _Member(handler, None if partitions is None else frozenset(partitions))
+                    pump.members.append(member)
+                    joined.append((pump, member))
+                    if fresh:
+                        pump.start()
         except nats.errors.Error as exc:
             await JetStreamSubscription(self, joined).close()
             raise BrokerError(f"cannot subscribe {group!r} to {list(topics)}: {exc}") from exc
@@ -424,8 +435,8 @@ class JetStreamBroker:
         return JetStreamSubscription(self, joined)
 
     async def _drop_pump(self, pump: _Pump) -> None:
-        if self._pumps.get((pump.group, pump.topic)) is pump:
-            del self._pumps[(pump.group, pump.topic)]
+        if self._pumps.get((pump.group, pump.topic, pump.part)) is pump:
+            del self._pumps[(pump.group, pump.topic, pump.part)]
         await pump.stop()
 
     def _to_message(self, topic: str, raw: Msg) -> Message:

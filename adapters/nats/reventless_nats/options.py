@@ -42,7 +42,8 @@ class NatsOptions:
     servers: tuple[str, ...] = ("nats://127.0.0.1:4222",)
     #: First subject token and stream-name prefix: ``rv`` -> ``rv.<topic>.<n>``, ``RV_<topic>``.
     prefix: str = "rv"
-    #: Subjects per topic: a message goes to ``crc32(key) % partitions``.
+    #: Subjects per topic: a message goes to ``key % partitions`` (a numeric key: the
+    #: topic partition the relay sends) or ``crc32(key) % partitions``.
     partitions: int = 16
     #: Deliveries of a message before the consumer gives up on it (-1: never).
     max_deliver: int = 5
@@ -135,17 +136,22 @@ class NatsOptions:
         return f"{self.prefix.upper()}_{token(topic)}"
 
     def partition(self, key: str) -> int:
-        """The partition of a message key: ``crc32(key) % partitions``."""
+        """The subject partition of a message key: a topic partition (a decimal key, as
+        the relay sends) modulo ``partitions``, else ``crc32(key) % partitions``."""
+        if key.isdigit():
+            return int(key) % self.partitions
         return zlib.crc32(key.encode()) % self.partitions
 
     def subject(self, topic: str, key: str) -> str:
         """The subject a message of ``topic`` with ``key`` is published to."""
         return f"{self.prefix}.{token(topic)}.{self.partition(key)}"
 
-    def subjects(self, topic: str) -> str:
-        """All subjects of ``topic`` (the stream's subject and every consumer's filter)."""
-        return f"{self.prefix}.{token(topic)}.>"
+    def subjects(self, topic: str, part: int | None = None) -> str:
+        """All subjects of ``topic`` (the stream's subjects, a whole group's filter), or
+        the one subject of subject partition ``part`` (a group member's filter)."""
+        return f"{self.prefix}.{token(topic)}.{'>' if part is None else part}"
 
-    def durable_name(self, group: str) -> str:
-        """The durable consumer name of ``group`` (one consumer per group on each stream)."""
-        return token(group)
+    def durable_name(self, group: str, part: int | None = None) -> str:
+        """The durable consumer of ``group`` on a stream (of its subject ``part``, for a
+        member of a collector group that owns only some partitions)."""
+        return token(group) if part is None else f"{token(group)}_p{part}"

@@ -1,4 +1,6 @@
-"""The fetch loop behind ``JetStreamBroker.subscribe``: one per (group, topic) per process.
+"""The fetch loop behind ``JetStreamBroker.subscribe``: one per durable consumer (a
+(group, topic), or a (group, topic, subject partition) of a collector-group member) per
+process.
 
 It pulls batches from the durable consumer, hands them to the group's members by key,
 acks after the handler returned (after the collector's checkpoint committed), naks with
@@ -57,6 +59,8 @@ class _Pump:
     broker: JetStreamBroker
     group: str
     topic: str
+    #: The subject partition this pump's consumer filters on (None: all of them).
+    part: int | None = None
     members: list[_Member] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     busy: bool = False
@@ -69,7 +73,7 @@ class _Pump:
         return self.broker.options
 
     def start(self) -> None:
-        name = f"rv-nats-{self.group}-{self.topic}"
+        name = f"rv-nats-{self.group}-{self.topic}-{'all' if self.part is None else self.part}"
         self.task = asyncio.get_running_loop().create_task(self._run(), name=name)
 
     async def stop(self) -> None:
@@ -100,8 +104,8 @@ class _Pump:
         js = self.broker._jetstream()
         await self.broker.declare(self.topic)
         stream = self.options.stream_name(self.topic)
-        durable = self.options.durable_name(self.group)
-        await self.broker._ensure_consumer(stream, durable, self.group, self.topic)
+        durable = self.options.durable_name(self.group, self.part)
+        await self.broker._ensure_consumer(stream, durable, self.group, self.topic, self.part)
         await self._unsubscribe()
         self._psub = await js.pull_subscribe_bind(consumer=durable, stream=stream)
 
