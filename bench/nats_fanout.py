@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import socket
 import statistics
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,27 +106,47 @@ async def fan_out(broker: str, aggs: int, per: int) -> float:
     return aggs * per / dt
 
 
+def _cpu_of(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _collect_until(store: str, broker: str, total: int) -> None:
-    """The collector process of ``fan_out_split``: prints ``ready``, then ``done <time>``."""
+    """The collector process of ``fan_out_split``: prints ``ready <cpu>``, then
+    ``done <time> <cpu>`` (wall clock; its own CPU seconds)."""
     opts = rv.AppOptions(collector=rv.CollectorOptions(poll_interval=600, grace=600))
     app = rv.App(store=store, broker=broker, options=opts)
     app.event_log(Counter)
     app.collect(totals)
     async with app:
-        print("ready", flush=True)
+        print("ready", time.process_time(), flush=True)
         collector = app.collector("counter_totals")
         while collector.checkpoints.get(("Counter", 0), 0) < total:
             await asyncio.sleep(0.002)
-        print("done", time.time(), flush=True)
+        print("done", time.time(), time.process_time(), flush=True)
 
 
-async def fan_out_split(broker: str, aggs: int, per: int) -> float:
+@dataclass
+class Split:
+    """One ``fan_out_split`` run: rates, and CPU microseconds per event per process."""
+
+    end_to_end: float  # events/s from the first append to the read model having all
+    append: float  # events/s of the appends alone
+    after_commit: float  # events/s from the appends' return to the read model having all
+    cpu_producer: float
+    cpu_collector: float
+    cpu_server: float
+
+
+async def fan_out_split(broker: str, aggs: int, per: int, server_pid: int) -> Split:
     """Like ``fan_out``, with the collector in its own process (a projector service)."""
     d = tempfile.mkdtemp()
     store = f"sqlite:///{d}/split.db"
     app = rv.App(store=store, broker=broker)
     log = app.event_log(Counter)
     events = [Incremented(by=1)] * per
+    n = aggs * per
     async with app:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -133,19 +155,31 @@ async def fan_out_split(broker: str, aggs: int, per: int) -> float:
             "--collect",
             store,
             broker,
-            str(aggs * per),
+            str(n),
             stdout=asyncio.subprocess.PIPE,
         )
         assert proc.stdout is not None
-        assert (await proc.stdout.readline()).strip() == b"ready"
+        word, child_cpu0 = (await proc.stdout.readline()).split()
+        assert word == b"ready"
+        cpu0, server0 = time.process_time(), _cpu_of(server_pid)
         t0 = time.time()
         await asyncio.gather(
             *(log.append(f"s-{i}", events, expected_version=0) for i in range(aggs))
         )
-        done = float((await proc.stdout.readline()).split()[1])
+        t1 = time.time()
+        _, done, child_cpu1 = (await proc.stdout.readline()).split()
+        cpu1, server1 = time.process_time(), _cpu_of(server_pid)
         await proc.wait()
     shutil.rmtree(d, ignore_errors=True)
-    return aggs * per / (done - t0)
+    us = 1e6 / n
+    return Split(
+        end_to_end=n / (float(done) - t0),
+        append=n / (t1 - t0),
+        after_commit=n / (float(done) - t1),
+        cpu_producer=(cpu1 - cpu0) * us,
+        cpu_collector=(float(child_cpu1) - float(child_cpu0)) * us,
+        cpu_server=(server1 - server0) * us,
+    )
 
 
 async def latency(broker: str, rate: int, seconds: float) -> tuple[float, float, float]:
@@ -214,6 +248,7 @@ async def main(argv: list[str] | None = None) -> int:
     lat50: list[float] = []
     lat99: list[float] = []
     achieved: list[float] = []
+    splits: list[Split] = []
     try:
         for r in range(reps):
             tag = f"r{r}"
@@ -225,9 +260,14 @@ async def main(argv: list[str] | None = None) -> int:
             results.setdefault("reventless fan-out, in-memory broker", []).append(
                 await fan_out("memory://", aggs, per)
             )
+            split = await fan_out_split(f"{url}?prefix=s{r}", aggs, per, proc.pid)
+            splits.append(split)
             results.setdefault(
                 "reventless fan-out, JetStream, collector in its own process", []
-            ).append(await fan_out_split(f"{url}?prefix=s{r}", aggs, per))
+            ).append(split.end_to_end)
+            results.setdefault(
+                "... of which: from the appends' commit to the read model", []
+            ).append(split.after_commit)
             p50, p99, ach = await latency(f"{url}?prefix=l{r}", 1000, seconds)
             lat50.append(p50)
             lat99.append(p99)
@@ -255,6 +295,15 @@ async def main(argv: list[str] | None = None) -> int:
         "| workload | events or msgs/s |",
         "|---|---|",
         *(f"| {k} | {_fmt(v)} |" for k, v in results.items()),
+        "",
+        "CPU per event in the split run (median; user + system time of each process "
+        "over the run): "
+        f"producer (append + relay) {statistics.median(x.cpu_producer for x in splits):.1f} "
+        f"us, collector {statistics.median(x.cpu_collector for x in splits):.1f} us, "
+        f"nats-server {statistics.median(x.cpu_server for x in splits):.1f} us; the appends "
+        f"alone ran at {_fmt([x.append for x in splits])} events/s. "
+        f"On {os.cpu_count()} cores the three processes share, their sum bounds the "
+        "end-to-end rate.",
         "",
         f"Latency, `execute` -> side effect sees the event, JetStream, steady 1,000 "
         f"commands/s for {seconds:.0f} s (achieved {_fmt(achieved)} commands/s): "
