@@ -35,10 +35,21 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow and not postgres and not nats and not aws and not spark" $(PYTEST_ARGS)
 
 # Benchmarks (not part of `make test`): SQLite + PostgreSQL, then JetStream fan-out.
+# `make bench QUICK=1` is a smoke run of the same harness (small sizes, one repetition,
+# under a minute); it writes its report and plots under $(BENCH_QUICK_DIR), not the repo.
+QUICK ?=
+BENCH_QUICK_DIR ?= $(or $(TMPDIR),/tmp)/reventless-bench-quick
 bench: $(STAMP) services
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
+ifeq ($(QUICK),1)
+	mkdir -p $(BENCH_QUICK_DIR)
+	$(BIN)/python -m bench --store all --quick --reps 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
+	$(BIN)/python -m bench.nats_fanout --quick --reps 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
+	@echo "quick bench report: $(BENCH_QUICK_DIR)/BENCHMARKS.md"
+else
 	$(BIN)/python -m bench --store all --out BENCHMARKS.md $(BENCH_ARGS)
 	$(BIN)/python -m bench.nats_fanout --out BENCHMARKS.md
+endif
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

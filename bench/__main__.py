@@ -6,25 +6,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from . import pg
+from . import extra, pg, plots
 from .pgserver import PgServer
 from .report import (
-    NATS_END,
-    NATS_START,
     PgInfo,
     Results,
     console_table,
     fmt,
+    kept_blocks,
     machine,
     markdown,
     previous_analysis,
-    previous_block,
 )
 from .workloads import STORES, SYSTEMS, Sizes, Workload, build, durability, probe_projection_runner
 
@@ -38,8 +38,42 @@ def _timeout(*_: object) -> None:
 
 def plan(store: str, quick: bool) -> list[Workload]:
     if store == "postgres":
-        return pg.build(Sizes.postgres(quick))
-    return build(Sizes.quick() if quick else Sizes())
+        sizes = Sizes.postgres(quick)
+        return pg.build(sizes) + extra.build(sizes, store)
+    sizes = Sizes.quick() if quick else Sizes()
+    return build(sizes) + extra.build(sizes, store)
+
+
+def latency_and_plots(out: Path, plot_dir: Path | None, results: dict[str, Results]) -> list[str]:
+    """The latency lines and the plots section (plots are drawn now, beside ``out``)."""
+    lines = ["## Command -> read model latency", ""]
+    for store, runs in extra.LATENCIES.items():
+        p50 = statistics.median(r[0] for r in runs)
+        p99 = statistics.median(r[1] for r in runs)
+        lines.append(
+            f"- {store}: p50 {p50:.1f} ms, p99 {p99:.1f} ms (median over {len(runs)} runs; "
+            f"p99 range {min(r[1] for r in runs):.1f}-{max(r[1] for r in runs):.1f} ms): "
+            "row `latency`, in-memory broker, from `execute` to the read model's commit."
+        )
+    if not extra.LATENCIES:
+        lines = []
+    else:
+        lines.append("")
+    base = out.resolve().parent
+    plot_dir = (plot_dir or base / "bench" / "plots").resolve()
+    made = [
+        plots.throughput_vs_batch(results, plot_dir / "throughput_vs_batch.png"),
+        plots.rebuild_vs_events(
+            base / "bench" / "results" / "spark.json", plot_dir / "rebuild_vs_events.png"
+        ),
+    ]
+    shown = [m for m in made if m is not None]
+    if shown:
+        lines += ["## Plots", ""]
+        for m in shown:
+            rel = os.path.relpath(m, base)
+            lines += [f"![{m.stem.replace('_', ' ')}]({rel})", ""]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--only", default="", help="comma-separated workload keys")
     parser.add_argument("--out", type=Path, help="write a Markdown report here")
+    parser.add_argument(
+        "--plots",
+        type=Path,
+        default=None,
+        help="directory for the PNG plots (default: bench/plots beside --out)",
+    )
     args = parser.parse_args(argv)
     default_reps = 3 if args.quick else 5
     if args.reps is None:
@@ -162,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
             pg_info=pg_info,
             previous=previous_analysis(args.out),
             machine_info=machine_info,
-            kept_nats=previous_block(args.out, NATS_START, NATS_END),
+            kept=kept_blocks(args.out),
+            extra_sections=latency_and_plots(args.out, args.plots, results),
         )
         args.out.write_text(text)
         print(f"wrote {args.out}")

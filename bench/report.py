@@ -33,6 +33,8 @@ class PgInfo:
 ANALYSIS_START = "<!-- analysis:start -->"
 ANALYSIS_END = "<!-- analysis:end -->"
 NATS_START, NATS_END = "<!-- nats:start -->", "<!-- nats:end -->"
+#: Sections other bench scripts write into BENCHMARKS.md; a rewrite keeps them.
+KEPT_BLOCKS = ("nats", "aws", "spark")
 
 
 @dataclass(frozen=True)
@@ -562,7 +564,8 @@ def markdown(
     pg_info: PgInfo | None,
     previous: str | None,
     machine_info: dict[str, str],
-    kept_nats: str | None = None,
+    kept: dict[str, str] | None = None,
+    extra_sections: list[str] | None = None,
 ) -> str:
     stores = [s for s, ws in plans.items() if ws]
     m = dict(machine_info)
@@ -623,11 +626,22 @@ def markdown(
         )
     if "postgres" in stores and pg_info is not None:
         parts += pg_section(workloads=plans["postgres"], results=results["postgres"], info=pg_info)
+    parts += extra_sections or []
     if previous:
         parts += [ANALYSIS_START, previous.strip(), ANALYSIS_END, ""]
-    if kept_nats:  # written by `python -m bench.nats_fanout`
-        parts += [NATS_START, kept_nats.strip(), NATS_END, ""]
+    for name, block in (kept or {}).items():  # written by bench.nats_fanout, bench.aws, ...
+        parts += [f"<!-- {name}:start -->", block.strip(), f"<!-- {name}:end -->", ""]
     return "\n".join(parts)
+
+
+def kept_blocks(path: Path) -> dict[str, str]:
+    """The sections other bench scripts wrote into ``path`` (kept on rewrite)."""
+    out = {}
+    for name in KEPT_BLOCKS:
+        block = previous_block(path, f"<!-- {name}:start -->", f"<!-- {name}:end -->")
+        if block:
+            out[name] = block
+    return out
 
 
 def previous_analysis(path: Path) -> str | None:
