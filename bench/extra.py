@@ -25,6 +25,7 @@ from .workloads import (
     Where,
     Workload,
     check,
+    es_counters,
     es_env,
     perf,
     raw_connect,
@@ -32,6 +33,7 @@ from .workloads import (
     run_async,
     rv_app,
     rv_count,
+    rv_preload,
 )
 
 #: Events per transaction of the sweep (1 is the per-command row, ``seq_append``).
@@ -57,15 +59,8 @@ _PG_INSERT = "INSERT INTO events (aggregate_id, version, type, data) VALUES (%s,
 async def _rv_read(where: Where, aggs: int, per: int) -> float:
     app = rv_app(where)
     log = app.event_log(Counter)
-    events = [Incremented(by=1) for _ in range(per)]
     async with app:
-        for start in range(0, aggs, 100):
-            await asyncio.gather(
-                *(
-                    log.append(f"rd-{i}", events, expected_version=0)
-                    for i in range(start, min(aggs, start + 100))
-                )
-            )
+        await rv_preload(log, "rd", aggs, per)
         t0 = perf()
         total = n = 0
         async for ev in log.iter():
@@ -79,13 +74,7 @@ async def _rv_read(where: Where, aggs: int, per: int) -> float:
 def _es_read(where: Where, aggs: int, per: int) -> float:
     app = EsApp(env=es_env(where))
     try:
-        counters = []
-        for _ in range(aggs):
-            c = EsCounter()
-            for _ in range(per - 1):
-                c.increment(by=1)
-            counters.append(c)
-        app.save(*counters)
+        app.save(*es_counters(aggs, per))
         t0 = perf()
         n, position = 0, 0
         while True:

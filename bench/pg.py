@@ -18,7 +18,7 @@ import psycopg
 from eventsourcing.projection import ProjectionRunner
 
 from .pgserver import PgDb
-from .specs import Counter, EsApp, EsCounter, PostgresTotalsRecorder, TotalsProjection
+from .specs import Counter, EsApp, PostgresTotalsRecorder, TotalsProjection
 from .workloads import (
     RAW_DATA,
     Runner,
@@ -29,6 +29,7 @@ from .workloads import (
     _rv_bulk_concurrent,
     _rv_catchup,
     check,
+    es_counters,
     es_env,
     perf,
     run_async,
@@ -222,13 +223,7 @@ def _raw_catchup(db: PgDb, aggs: int, per: int, page: int = 2000) -> float:
 def _es_catchup(db: PgDb, aggs: int, per: int, poll: float = 0.005) -> float:
     env = es_env(db)
     app = EsApp(env=env)
-    counters = []
-    for _ in range(aggs):
-        c = EsCounter()
-        for _ in range(per - 1):
-            c.increment(by=1)
-        counters.append(c)
-    app.save(*counters)
+    app.save(*es_counters(aggs, per))
     last = app.recorder.max_notification_id()
     app.close()
     check(last == aggs * per, "eventsourcing catch-up preload")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -48,18 +49,9 @@ def throughput_vs_batch(results: dict[str, Results], out: Path) -> Path | None:
             if xs:
                 label = RAW_NAME[store] if system == "raw" else system
                 ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("events per transaction")
-        ax.set_ylabel("events/s (median, min-max)")
-        ax.set_title(STORE_TITLE.get(store, store))
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+        title = STORE_TITLE.get(store, store)
+        _style(ax, "events per transaction", "events/s (median, min-max)", title)
+    return _save(fig, out)
 
 
 def rebuild_vs_events(points_file: Path, out: Path) -> Path | None:
@@ -76,13 +68,21 @@ def rebuild_vs_events(points_file: Path, out: Path) -> Path | None:
     for mode, pts in series.items():
         pts = sorted(pts)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
+    _style(ax, "events in the log", "rebuild seconds", "Spark rebuild of a read model")
+    return _save(fig, out)
+
+
+def _style(ax: Any, xlabel: str, ylabel: str, title: str) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("events in the log")
-    ax.set_ylabel("rebuild seconds")
-    ax.set_title("Spark rebuild of a read model")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
+
+
+def _save(fig: Any, out: Path) -> Path:
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -189,6 +189,29 @@ async def rv_count(app: rv.App) -> int:
     return sum((await app.store.heads()).values())
 
 
+async def rv_preload(log: rv.EventLog[Counter], prefix: str, aggs: int, per: int) -> None:
+    """``aggs`` aggregates of ``per`` events each, appended 100 aggregates at a time."""
+    events = [Incremented(by=1) for _ in range(per)]
+    for start in range(0, aggs, 100):
+        await asyncio.gather(
+            *(
+                log.append(f"{prefix}-{i}", events, expected_version=0)
+                for i in range(start, min(aggs, start + 100))
+            )
+        )
+
+
+def es_counters(aggs: int, per: int) -> list[EsCounter]:
+    """``aggs`` unsaved counters of ``per`` events each (Created + increments)."""
+    counters = []
+    for _ in range(aggs):
+        c = EsCounter()
+        for _ in range(per - 1):
+            c.increment(by=1)
+        counters.append(c)
+    return counters
+
+
 # -- 1. per-command append, sequential --------------------------------------------------------
 
 
@@ -344,12 +367,7 @@ async def _rv_bulk_calls(path: Where, total: int, per_call: int) -> float:
 def _es_bulk(path: Where, aggs: int, per: int) -> float:
     app = EsApp(env=es_env(path))
     try:
-        counters = []
-        for _ in range(aggs):
-            c = EsCounter()  # version 1: Created
-            for _ in range(per - 1):
-                c.increment(by=1)
-            counters.append(c)
+        counters = es_counters(aggs, per)  # each: Created + (per - 1) increments
         t0 = perf()
         app.save(*counters)
         dt = perf() - t0
@@ -469,15 +487,8 @@ def _raw_load(path: Path, n_events: int, repeats: int, snapshots: bool) -> float
 async def _rv_catchup(path: Where, aggs: int, per: int) -> float:
     pre = rv_app(path)
     log = pre.event_log(Counter)
-    events = [Incremented(by=1) for _ in range(per)]
     async with pre:
-        for start in range(0, aggs, 100):
-            await asyncio.gather(
-                *(
-                    log.append(f"cu-{i}", events, expected_version=0)
-                    for i in range(start, min(aggs, start + 100))
-                )
-            )
+        await rv_preload(log, "cu", aggs, per)
     app = rv_app(path)
     app.event_log(Counter)
     view = app.collect(totals)
@@ -498,13 +509,7 @@ async def _rv_catchup(path: Where, aggs: int, per: int) -> float:
 
 def _es_catchup(path: Path, aggs: int, per: int) -> float:
     app = EsApp(env=es_env(path))
-    counters = []
-    for _ in range(aggs):
-        c = EsCounter()
-        for _ in range(per - 1):
-            c.increment(by=1)
-        counters.append(c)
-    app.save(*counters)
+    app.save(*es_counters(aggs, per))
     app.close()
 
     t0 = perf()
