@@ -1,0 +1,17 @@
+"""Subscriptions: predicate filters, durable subscriptions, consumer groups with leases,
+retention, and the pieces the HTTP/SSE gateway (``reventless.gateway``) serves.
+
+Example::
+
+    subs = Subscriptions(Database("sqlite:///shop.db"))
+    await subs.open()
+    sub = await subs.create("Order", where="type = 'OrderPlaced' AND total > 100")
+    page = await subs.poll(sub.id, limit=100)
+    await subs.ack(sub.id, page.next_offset - 1)
+"""
+
+from __future__ import annotations
+
+from .predicate import COLUMN_ALIASES, BrokerFilter, Predicate, PredicateError
+
+__all__ = ["COLUMN_ALIASES", "BrokerFilter", "Predicate", "PredicateError"]
