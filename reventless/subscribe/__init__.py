@@ -12,6 +12,39 @@ Example::
 
 from __future__ import annotations
 
+from .errors import (
+    AckBeyondHeadError,
+    BadRequestError,
+    LeaseLostError,
+    ResnapshotRequiredError,
+    SubscriptionError,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
+)
+from .group import Leases, Member
 from .predicate import COLUMN_ALIASES, BrokerFilter, Predicate, PredicateError
+from .retention import Behind, Retention
+from .service import ADMIN, Page, Status, Subscription, Subscriptions
 
-__all__ = ["COLUMN_ALIASES", "BrokerFilter", "Predicate", "PredicateError"]
+__all__ = [
+    "ADMIN",
+    "COLUMN_ALIASES",
+    "AckBeyondHeadError",
+    "BadRequestError",
+    "Behind",
+    "BrokerFilter",
+    "LeaseLostError",
+    "Leases",
+    "Member",
+    "Page",
+    "Predicate",
+    "PredicateError",
+    "ResnapshotRequiredError",
+    "Retention",
+    "Status",
+    "Subscription",
+    "SubscriptionError",
+    "SubscriptionNotFoundError",
+    "Subscriptions",
+    "TopicNotFoundError",
+]
