@@ -228,14 +228,7 @@ class Subscriptions:
         info = await self.topic(topic, tenant)
         if where is not None:
             self.predicate(info, where)
-        if columns is not None:
-            unknown = sorted(set(columns) - set(info.event_columns))
-            if unknown or not columns:
-                raise BadRequestError(
-                    f"unknown columns {unknown} (known: {', '.join(info.event_columns)})"
-                    if unknown
-                    else "columns must list at least one column"
-                )
+        self.check_columns(info, columns)
         if types is not None and (not types or not all(isinstance(t, str) for t in types)):
             raise BadRequestError("types must be a non-empty list of event type names")
         if from_offset != "latest" and (not isinstance(from_offset, int) or from_offset < 1):
@@ -323,6 +316,18 @@ class Subscriptions:
 
     # -- reading and acking ----------------------------------------------------------------
 
+    def check_columns(self, info: TopicInfo, columns: Sequence[str] | None) -> None:
+        """Raise ``BadRequestError`` unless ``columns`` (a projection) are known names."""
+        if columns is None:
+            return
+        unknown = sorted(set(columns) - set(info.event_columns))
+        if unknown or not columns:
+            raise BadRequestError(
+                f"unknown columns {unknown} (known: {', '.join(info.event_columns)})"
+                if unknown
+                else "columns must list at least one column"
+            )
+
     def check_limit(self, limit: int) -> None:
         """Raise ``BadRequestError`` unless ``1 <= limit <= max_limit``."""
         if (
@@ -339,9 +344,12 @@ class Subscriptions:
         from_offset: int | None = None,
         limit: int = 100,
         tenant: str | None = ADMIN,
+        columns: Sequence[str] | None = None,
+        types: Sequence[str] | None = None,
     ) -> Page:
         """Up to ``limit`` matching events from ``from_offset`` (default: acked + 1).
 
+        ``columns``/``types`` narrow this read (a projection, event types) further.
         Raises ``ResnapshotRequiredError`` when retention deleted events the cursor needs.
         """
         self.check_limit(limit)
@@ -349,6 +357,12 @@ class Subscriptions:
             raise BadRequestError(f"from must be >= 1, got {from_offset!r}")
         sub = await self.get(sub_id, tenant=tenant)
         info = await self.topic(sub.topic)
+        self.check_columns(info, columns)
+        if columns is not None:
+            sub = Subscription(**{**_fields(sub), "columns": tuple(columns)})
+        if types is not None:
+            narrowed = set(types) if sub.types is None else set(types) & set(sub.types)
+            sub = Subscription(**{**_fields(sub), "types": tuple(sorted(narrowed)) or ("",)})
         start = sub.acked + 1 if from_offset is None else from_offset
         where = self.where(info, sub)
 
