@@ -187,3 +187,15 @@ async def test_retention_deletes_in_bulk_and_cursors_behind_get_resnapshot(db_ur
         assert [e.offset for e in await topic.read(1, 100)] == [20]
         await topic.publish(order_rows(1, start=20))
         assert [e.offset for e in await topic.read(1, 100)] == [20, 21]  # offsets go on
+        # a collector checkpoint (as a collector writes it) that retention overtook
+        await app.store.db.write(
+            lambda c: c.execute(
+                sa.text(
+                    'INSERT INTO rv_checkpoints (component, topic, "partition", "offset") '
+                    "VALUES ('indexer', 'orders', 0, 3), ('indexer', 'orders', 1, 20)"
+                )
+            )
+        )
+        behind = await retention.collectors_behind()
+        assert [(b.component, b.partition, b.checkpoint) for b in behind] == [("indexer", 0, 3)]
+        assert behind[0].horizon > 3
