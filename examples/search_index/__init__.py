@@ -71,7 +71,7 @@ async def follow(
     ``drop_after`` closes the connection after that many events (to show a resume)."""
     reconnects, last_id, since_ack = 0, None, 0
     while True:
-        headers = {} if last_id is None else {"Last-Event-ID": last_id}
+        headers: dict[str, str] = {} if last_id is None else {"Last-Event-ID": last_id}
         try:
             async with http.stream("GET", f"/subscriptions/{sub_id}/stream", headers=headers) as r:
                 r.raise_for_status()
