@@ -7,6 +7,7 @@ Example::
     reventless export Order orders.parquet --store sqlite:///shop.db
     reventless dead-letters --store sqlite:///shop.db
     reventless redrive order_confirmations --app examples.shop.cli:app
+    reventless serve --store sqlite:///shop.db --tokens-file tokens.json --port 8000
 """
 
 from __future__ import annotations
@@ -175,6 +176,31 @@ async def cmd_redrive(a: argparse.Namespace) -> int:
     return 0 if report.still_parked == 0 else 1
 
 
+def _tokens(path: str) -> dict[str, str | None]:
+    with open(path, encoding="utf-8") as f:
+        tokens = json.load(f)
+    if not isinstance(tokens, dict) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in tokens.items()
+    ):
+        raise ReventlessError(f"{path}: expected a JSON object {{token: tenant or null}}")
+    return tokens
+
+
+async def cmd_serve(a: argparse.Namespace) -> int:
+    """Run the HTTP/SSE gateway (extra ``serve``) with uvicorn."""
+    import uvicorn
+
+    from .gateway import GatewayOptions, create_app
+
+    app = create_app(
+        a.store,
+        tokens=_tokens(a.tokens_file),
+        options=GatewayOptions(retention_interval=a.retention_interval),
+    )
+    await uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port)).serve()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``reventless`` console script."""
     p = argparse.ArgumentParser(prog="reventless", description="Inspect reventless stores.")
@@ -200,8 +226,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("component")
     r.add_argument("--app", required=True, help="module:attribute of an App or App factory")
     r.add_argument("--aggregate", default=None)
+    s = add("serve", "run the HTTP/SSE subscription gateway (extra 'serve')")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--tokens-file", required=True, help="JSON {token: tenant or null}")
+    s.add_argument("--retention-interval", type=float, default=None, help="seconds")
     a = p.parse_args(argv)
     handlers = {
+        "serve": cmd_serve,
         "topics": cmd_topics,
         "tail": cmd_tail,
         "export": cmd_export,

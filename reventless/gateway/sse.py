@@ -1,0 +1,82 @@
+"""The Server-Sent Events stream of one subscription.
+
+Each event is sent as ``id: <offset>`` / ``event: event`` / ``data: <json>``, so a client
+that reconnects with ``Last-Event-ID`` resumes right after the last event it received
+(nothing lost, nothing twice). Control events carry no id (they do not move the client's
+position): ``paused`` / ``resumed``, ``backpressure`` (the backlog is above the
+threshold: the client is slower than the topic), ``resnapshot`` (the cursor fell behind the
+retained horizon; the stream ends) and ``closed``. A comment line keeps idle connections
+open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from ..subscribe import ResnapshotRequiredError, SubscriptionNotFoundError, Subscriptions
+
+
+def frame(data: Any, *, event: str, id: int | None = None) -> str:
+    """One SSE frame (``data`` as one line of JSON)."""
+    head = f"id: {id}\n" if id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+async def stream(
+    subs: Subscriptions,
+    sub_id: str,
+    *,
+    tenant: str | None,
+    start: int,
+    batch: int,
+    columns: Sequence[str] | None,
+    types: Sequence[str] | None,
+    wait: Callable[[float], Any],
+    poll_interval: float,
+    keepalive: float,
+    backpressure_lag: int,
+) -> AsyncIterator[str]:
+    """Frames from offset ``start`` on, until the subscription closes or the client leaves."""
+    cursor, paused, quiet_since = start, False, time.monotonic()
+    yield "retry: 1000\n\n"
+    while True:
+        try:
+            page = await subs.poll(
+                sub_id, from_offset=cursor, limit=batch, tenant=tenant, columns=columns, types=types
+            )
+        except ResnapshotRequiredError as exc:
+            yield frame(
+                {"horizon": exc.horizon, "cursor": exc.cursor, "resume_from": exc.horizon + 1},
+                event="resnapshot",
+            )
+            return
+        except SubscriptionNotFoundError:
+            yield frame({"id": sub_id}, event="closed")
+            return
+        if page.state == "paused":
+            if not paused:
+                yield frame({"lag": page.lag, "head": page.head}, event="paused")
+                paused = True
+            await wait(poll_interval)
+            continue
+        if paused:
+            yield frame({"lag": page.lag, "head": page.head}, event="resumed")
+            paused = False
+        for ev in page.events:
+            yield frame(ev, event="event", id=ev["offset"])
+        cursor = page.next_offset
+        backlog = page.head - (cursor - 1)
+        if backlog > backpressure_lag:
+            yield frame({"backlog": backlog, "head": page.head}, event="backpressure")
+        if page.events or backlog > 0:
+            quiet_since = time.monotonic()
+            await asyncio.sleep(0)
+            continue
+        if time.monotonic() - quiet_since >= keepalive:
+            yield ": keepalive\n\n"
+            quiet_since = time.monotonic()
+        await wait(min(poll_interval, keepalive))

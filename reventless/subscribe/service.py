@@ -1,0 +1,488 @@
+"""``Subscriptions``: durable, id-addressed subscriptions to a topic, stored in SQL.
+
+A subscription has a topic, an optional predicate, projection and event-type filter, the
+tenant it is scoped to (it never sees another tenant's events), a state (``active``,
+``paused``, ``closed``) and an acked offset. ``poll`` reads from an offset (default: the
+ack + 1) with the predicate pushed down into the SQL read; ``ack`` persists the cursor, so
+a later poll (also after a restart) resumes there. Consumer groups (several workers
+sharing a subscription by partition, with leases) are in ``group.py``; retention in
+``retention.py``.
+
+Example::
+
+    subs = Subscriptions.from_url("sqlite:///shop.db")
+    async with subs:
+        sub = await subs.create("orders", where="total > 100")
+        page = await subs.poll(sub.id, limit=100)
+        await subs.ack(sub.id, page.next_offset - 1)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..store.database import Database
+from . import tables
+from .catalog import TopicInfo, col, events_of, head_sync, load_topics_sync
+from .errors import (
+    AckBeyondHeadError,
+    BadRequestError,
+    ResnapshotRequiredError,
+    SubscriptionNotFoundError,
+    TopicNotFoundError,
+)
+from .predicate import Predicate
+
+if TYPE_CHECKING:
+    from .group import Member
+
+State = Literal["active", "paused", "closed"]
+#: The scope of a caller: a tenant, or ``ADMIN`` (every tenant; the in-process default).
+ADMIN: None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A stored subscription."""
+
+    id: str
+    topic: str
+    predicate: str | None
+    columns: tuple[str, ...] | None
+    types: tuple[str, ...] | None
+    tenant: str | None
+    state: State
+    acked: int
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A subscription's state and backlog: ``lag`` = head - acked; ``horizon`` is the last
+    offset retention deleted; ``resnapshot_distance`` = acked - horizon, the offsets
+    retention may still delete before this cursor needs a resnapshot (None: no retention
+    on the topic)."""
+
+    subscription: Subscription
+    head: int
+    lag: int
+    horizon: int
+    resnapshot_distance: int | None
+    resnapshot_required: bool
+    partitions: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON body the gateway returns."""
+        s = self.subscription
+        return {
+            "id": s.id,
+            "topic": s.topic,
+            "where": s.predicate,
+            "columns": None if s.columns is None else list(s.columns),
+            "types": None if s.types is None else list(s.types),
+            "tenant": s.tenant,
+            "state": s.state,
+            "acked": s.acked,
+            "head": self.head,
+            "lag": self.lag,
+            "horizon": self.horizon,
+            "resnapshot_distance": self.resnapshot_distance,
+            "resnapshot_required": self.resnapshot_required,
+            "partitions": self.partitions,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """What a poll returns: events from the cursor on, the offset to poll from next, and the
+    backlog (``lag`` is head - acked). A paused subscription returns no events."""
+
+    events: list[dict[str, Any]]
+    next_offset: int
+    head: int
+    lag: int
+    state: State
+    leases: dict[int, int] = field(default_factory=dict)  # group polls: partition -> epoch
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON body the gateway returns."""
+        out: dict[str, Any] = {
+            "events": self.events,
+            "next_offset": self.next_offset,
+            "head": self.head,
+            "lag": self.lag,
+            "state": self.state,
+        }
+        if self.leases:
+            out["leases"] = {str(p): e for p, e in self.leases.items()}
+        return out
+
+
+def _sub_of(row: Any) -> Subscription:
+    return Subscription(
+        id=row.id,
+        topic=row.topic,
+        predicate=row.predicate,
+        columns=None if row.columns is None else tuple(json.loads(row.columns)),
+        types=None if row.types is None else tuple(json.loads(row.types)),
+        tenant=row.tenant,
+        state=row.state,
+        acked=int(row.acked),
+    )
+
+
+class Subscriptions:
+    """Durable subscriptions on one store (see the module docstring).
+
+    ``tenant`` arguments scope a call: a subscription of another tenant is reported as
+    unknown and nothing changes; ``ADMIN`` (None) reaches every subscription.
+    """
+
+    def __init__(self, db: Database, *, max_limit: int = 10_000, owns_db: bool = False) -> None:
+        self.db = db
+        self.max_limit = max_limit
+        self._owns_db = owns_db
+        self._topics: dict[str, TopicInfo] = {}
+        self._predicates: dict[tuple[str, str], Predicate] = {}
+
+    @classmethod
+    def from_url(cls, url: str, *, max_limit: int = 10_000) -> Subscriptions:
+        """Subscriptions on the store at ``url`` (opens and closes its own connections)."""
+        return cls(Database(url), max_limit=max_limit, owns_db=True)
+
+    async def open(self) -> None:
+        """Open the database (if owned) and create the subscription tables."""
+        if self._owns_db:
+            await self.db.open()
+        await self.db.write(lambda conn: tables.metadata.create_all(conn))
+
+    async def shutdown(self) -> None:
+        """Close the database if this object opened it."""
+        if self._owns_db:
+            await self.db.close()
+
+    async def __aenter__(self) -> Subscriptions:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.shutdown()
+
+    # -- topics and predicates -------------------------------------------------------------
+
+    async def topic(self, name: str, tenant: str | None = ADMIN) -> TopicInfo:
+        """The stored topic ``name`` (reloaded from the store when unknown)."""
+        info = self._topics.get(name)
+        if info is None:
+            self._topics = await self.db.read(load_topics_sync)
+            info = self._topics.get(name)
+        if info is None or (tenant is not None and info.tenant not in (None, tenant)):
+            raise TopicNotFoundError(f"no topic {name!r}")
+        return info
+
+    def predicate(self, info: TopicInfo, text: str) -> Predicate:
+        """The parsed predicate (cached per topic and text)."""
+        key = (info.name, text)
+        p = self._predicates.get(key)
+        if p is None:
+            p = self._predicates[key] = Predicate.parse(text, info.schema)
+        return p
+
+    def where(self, info: TopicInfo, sub: Subscription) -> list[sa.ColumnElement[bool]]:
+        """The SQL clauses of a subscription's filter (predicate, types, tenant)."""
+        out: list[sa.ColumnElement[bool]] = []
+        if sub.predicate:
+            dialect = "sqlite" if self.db.is_sqlite else "postgresql"
+            out.append(self.predicate(info, sub.predicate).sql(dialect))
+        if sub.types:
+            out.append(col("_type").in_(list(sub.types)))
+        if sub.tenant is not None:
+            out.append(col("_tenant") == sa.bindparam(None, sub.tenant, type_=sa.Text()))
+        return out
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def create(
+        self,
+        topic: str,
+        *,
+        where: str | None = None,
+        columns: Sequence[str] | None = None,
+        types: Sequence[str] | None = None,
+        tenant: str | None = ADMIN,
+        from_offset: int | Literal["latest"] = 1,
+        id: str | None = None,
+    ) -> Subscription:
+        """Create a subscription (validating everything first: a bad predicate, column or
+        offset raises and stores nothing). ``from_offset="latest"`` starts after the head."""
+        info = await self.topic(topic, tenant)
+        if where is not None:
+            self.predicate(info, where)
+        self.check_columns(info, columns)
+        if types is not None and (not types or not all(isinstance(t, str) for t in types)):
+            raise BadRequestError("types must be a non-empty list of event type names")
+        if from_offset != "latest" and (not isinstance(from_offset, int) or from_offset < 1):
+            raise BadRequestError(f"from_offset must be >= 1 or 'latest', got {from_offset!r}")
+        sub_id = id or uuid.uuid4().hex
+        if len(sub_id) > 64:
+            raise BadRequestError("subscription ids have at most 64 characters")
+
+        def work(conn: Connection) -> Subscription:
+            head = head_sync(self.db, conn, info)
+            acked = head if from_offset == "latest" else from_offset - 1
+            if acked > head:
+                raise BadRequestError(f"from_offset {from_offset} is beyond the head {head}")
+            if conn.execute(
+                sa.select(tables.subscriptions.c.id).where(tables.subscriptions.c.id == sub_id)
+            ).first():
+                raise BadRequestError(f"subscription {sub_id!r} exists")
+            values = {
+                "id": sub_id,
+                "topic": info.name,
+                "predicate": where,
+                "columns": None if columns is None else json.dumps(list(columns)),
+                "types": None if types is None else json.dumps(list(types)),
+                "tenant": tenant,
+                "state": "active",
+                "acked": acked,
+                "created_at": time.time_ns() // 1000,
+            }
+            conn.execute(tables.subscriptions.insert().values(**values))
+            return _sub_of(_Obj(values))
+
+        return await self.db.write(work)
+
+    def _get_sync(self, conn: Connection, sub_id: str, tenant: str | None) -> Subscription:
+        row = conn.execute(
+            sa.select(tables.subscriptions).where(tables.subscriptions.c.id == sub_id)
+        ).first()
+        if row is None or row.state == "closed" or (tenant is not None and row.tenant != tenant):
+            raise SubscriptionNotFoundError(f"no subscription {sub_id!r}")
+        return _sub_of(row)
+
+    async def get(self, sub_id: str, *, tenant: str | None = ADMIN) -> Subscription:
+        """The subscription ``sub_id`` (``SubscriptionNotFoundError`` if unknown/closed)."""
+        return await self.db.read(lambda conn: self._get_sync(conn, sub_id, tenant))
+
+    async def list(self, *, tenant: str | None = ADMIN) -> list[Subscription]:
+        """Open subscriptions (of one tenant, or all for ``ADMIN``)."""
+        t = tables.subscriptions
+        stmt = sa.select(t).where(t.c.state != "closed").order_by(t.c.created_at, t.c.id)
+        if tenant is not None:
+            stmt = stmt.where(t.c.tenant == tenant)
+        return await self.db.read(lambda conn: [_sub_of(r) for r in conn.execute(stmt)])
+
+    async def _set_state(self, sub_id: str, state: State, tenant: str | None) -> Subscription:
+        def work(conn: Connection) -> Subscription:
+            sub = self._get_sync(conn, sub_id, tenant)
+            t = tables.subscriptions
+            conn.execute(t.update().where(t.c.id == sub_id).values(state=state))
+            if state == "closed":
+                for tb in (tables.partitions, tables.workers):
+                    conn.execute(tb.delete().where(tb.c.subscription_id == sub_id))
+            return Subscription(**{**_fields(sub), "state": state})
+
+        return await self.db.write(work)
+
+    async def pause(self, sub_id: str, *, tenant: str | None = ADMIN) -> Subscription:
+        """Stop delivering (polls return no events; lag is still reported)."""
+        return await self._set_state(sub_id, "paused", tenant)
+
+    async def resume(self, sub_id: str, *, tenant: str | None = ADMIN) -> Subscription:
+        """Deliver again after ``pause``."""
+        return await self._set_state(sub_id, "active", tenant)
+
+    async def close(self, sub_id: str, *, tenant: str | None = ADMIN) -> Subscription:
+        """Close for good (the id becomes unknown; group leases are dropped)."""
+        return await self._set_state(sub_id, "closed", tenant)
+
+    def member(
+        self, sub_id: str, worker: str, *, ttl: float = 10.0, tenant: str | None = ADMIN
+    ) -> Member:
+        """A worker of ``sub_id``'s consumer group (leases per partition; ``group.py``)."""
+        from .group import Member
+
+        return Member(self, sub_id, worker, ttl=ttl, tenant=tenant)
+
+    # -- reading and acking ----------------------------------------------------------------
+
+    def check_columns(self, info: TopicInfo, columns: Sequence[str] | None) -> None:
+        """Raise ``BadRequestError`` unless ``columns`` (a projection) are known names."""
+        if columns is None:
+            return
+        unknown = sorted(set(columns) - set(info.event_columns))
+        if unknown or not columns:
+            raise BadRequestError(
+                f"unknown columns {unknown} (known: {', '.join(info.event_columns)})"
+                if unknown
+                else "columns must list at least one column"
+            )
+
+    def check_limit(self, limit: int) -> None:
+        """Raise ``BadRequestError`` unless ``1 <= limit <= max_limit``."""
+        if (
+            not isinstance(limit, int)
+            or isinstance(limit, bool)
+            or not 1 <= limit <= self.max_limit
+        ):
+            raise BadRequestError(f"limit must be 1..{self.max_limit}, got {limit!r}")
+
+    async def poll(
+        self,
+        sub_id: str,
+        *,
+        from_offset: int | None = None,
+        limit: int = 100,
+        tenant: str | None = ADMIN,
+        columns: Sequence[str] | None = None,
+        types: Sequence[str] | None = None,
+    ) -> Page:
+        """Up to ``limit`` matching events from ``from_offset`` (default: acked + 1).
+
+        ``columns``/``types`` narrow this read (a projection, event types) further.
+        Raises ``ResnapshotRequiredError`` when retention deleted events the cursor needs.
+        """
+        self.check_limit(limit)
+        if from_offset is not None and (not isinstance(from_offset, int) or from_offset < 1):
+            raise BadRequestError(f"from must be >= 1, got {from_offset!r}")
+        sub = await self.get(sub_id, tenant=tenant)
+        info = await self.topic(sub.topic)
+        self.check_columns(info, columns)
+        if columns is not None:
+            sub = Subscription(**{**_fields(sub), "columns": tuple(columns)})
+        if types is not None:
+            narrowed = set(types) if sub.types is None else set(types) & set(sub.types)
+            sub = Subscription(**{**_fields(sub), "types": tuple(sorted(narrowed)) or ("",)})
+        start = sub.acked + 1 if from_offset is None else from_offset
+        where = self.where(info, sub)
+
+        def work(conn: Connection) -> Page:
+            head = head_sync(self.db, conn, info)
+            lag = max(0, head - sub.acked)
+            horizon = horizon_sync(conn, info.name)
+            if start <= horizon:
+                raise ResnapshotRequiredError(info.name, start, horizon)
+            if sub.state == "paused":
+                return Page([], start, head, lag, "paused")
+            rows = read_sync(conn, info, start, head, where, limit)
+            nxt = rows[-1][0] + 1 if len(rows) == limit else max(start, head + 1)
+            return Page(events_of(info, rows, sub.columns), nxt, head, lag, sub.state)
+
+        return await self.db.read(work)
+
+    async def ack(self, sub_id: str, offset: int, *, tenant: str | None = ADMIN) -> int:
+        """Persist that everything up to ``offset`` is processed; returns the acked offset
+        (an older ack changes nothing). Beyond the head: ``AckBeyondHeadError``."""
+        return await self._move(sub_id, offset, tenant, seek=False)
+
+    async def seek(self, sub_id: str, offset: int, *, tenant: str | None = ADMIN) -> int:
+        """Move the cursor to ``offset`` (its acked offset) in either direction, e.g. to
+        the retained horizon after rebuilding from a snapshot."""
+        return await self._move(sub_id, offset, tenant, seek=True)
+
+    async def _move(self, sub_id: str, offset: int, tenant: str | None, *, seek: bool) -> int:
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise BadRequestError(f"offset must be an integer >= 0, got {offset!r}")
+
+        def work(conn: Connection) -> int:
+            sub = self._get_sync(conn, sub_id, tenant)
+            info = self._topics[sub.topic]
+            head = head_sync(self.db, conn, info)
+            if offset > head:
+                raise AckBeyondHeadError(
+                    f"offset {offset} is beyond the head {head} of {sub.topic!r}"
+                )
+            if not seek and offset <= sub.acked:
+                return sub.acked
+            t = tables.subscriptions
+            conn.execute(t.update().where(t.c.id == sub_id).values(acked=offset))
+            if seek:  # a group's partitions follow the cursor
+                p = tables.partitions
+                conn.execute(p.update().where(p.c.subscription_id == sub_id).values(acked=offset))
+            return offset
+
+        await self.topic((await self.get(sub_id, tenant=tenant)).topic)
+        return await self.db.write(work)
+
+    async def status(self, sub_id: str, *, tenant: str | None = ADMIN) -> Status:
+        """State, lag, horizon and distance to a resnapshot (and group partitions)."""
+        sub = await self.get(sub_id, tenant=tenant)
+        info = await self.topic(sub.topic)
+
+        def work(conn: Connection) -> Status:
+            head = head_sync(self.db, conn, info)
+            horizon = horizon_sync(conn, info.name)
+            has_policy = conn.execute(
+                sa.select(tables.retention.c.topic).where(tables.retention.c.topic == info.name)
+            ).first()
+            p = tables.partitions
+            parts: list[dict[str, Any]] = [
+                {
+                    "partition": int(r.partition),
+                    "owner": r.owner if r.expires_at >= time.time() else None,
+                    "epoch": int(r.epoch),
+                    "acked": int(r.acked),
+                }
+                for r in conn.execute(
+                    sa.select(p).where(p.c.subscription_id == sub_id).order_by(p.c.partition)
+                )
+            ]
+            acked = min([sub.acked, *(x["acked"] for x in parts)])
+            return Status(
+                sub,
+                head,
+                max(0, head - acked),
+                horizon,
+                acked - horizon if has_policy or horizon else None,
+                acked < horizon,
+                parts,
+            )
+
+        return await self.db.read(work)
+
+
+class _Obj:
+    """Attribute access over a dict (a freshly inserted row)."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+
+
+def _fields(sub: Subscription) -> dict[str, Any]:
+    return {k: getattr(sub, k) for k in Subscription.__slots__}
+
+
+def horizon_sync(conn: Connection, topic: str) -> int:
+    """The last offset of ``topic`` that retention deleted (0: none)."""
+    t = tables.retention
+    return int(conn.execute(sa.select(t.c.horizon).where(t.c.topic == topic)).scalar() or 0)
+
+
+def read_sync(
+    conn: Connection,
+    info: TopicInfo,
+    start: int,
+    head: int,
+    where: Sequence[sa.ColumnElement[bool]],
+    limit: int,
+) -> list[tuple[Any, ...]]:
+    """Matching rows with ``start <= _offset <= head`` in offset order, at most ``limit``."""
+    off = col("_offset")
+    stmt = (
+        sa.select(*(col(n) for n in info.names))
+        .select_from(sa.table(info.table))
+        .where(off >= start, off <= head, *where)
+        .order_by(off)
+        .limit(limit)
+    )
+    return [tuple(r) for r in conn.execute(stmt)]

@@ -1,0 +1,46 @@
+"""A real gateway: uvicorn serving ``create_app`` on a free loopback port."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+import uvicorn
+
+from reventless.gateway import GatewayOptions, create_app
+from tests.subscribe.conftest import db_url  # noqa: F401  (fixture)
+
+TOKENS: Mapping[str, str | None] = {
+    "acme-token-1": "acme",
+    "globex-token-1": "globex",
+    "operator-token": None,
+}
+
+
+@asynccontextmanager
+async def serve(url: str, **options: float) -> AsyncIterator[str]:
+    """Run the gateway for ``url`` until the block ends; yields its base URL."""
+    app = create_app(url, tokens=TOKENS, options=GatewayOptions(poll_interval=0.05, **options))  # type: ignore[arg-type]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+        sock.close()
+
+
+def auth(token: str) -> dict[str, str]:
+    """The Authorization header of ``token``."""
+    return {"Authorization": f"Bearer {token}"}
