@@ -8,10 +8,11 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test test-fast lint services bench clean
 
-$(STAMP): pyproject.toml adapters/nats/pyproject.toml
+$(STAMP): pyproject.toml adapters/nats/pyproject.toml adapters/aws/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]' -e adapters/nats
+	$(BIN)/python -m pip install --quiet -e '.[aws]' -e 'adapters/aws[typing]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 demo: $(STAMP)
@@ -22,6 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check reventless adapters tests examples bench conftest.py
 	$(BIN)/mypy
 	$(BIN)/mypy --strict adapters/nats/reventless_nats
+	$(BIN)/mypy --strict adapters/aws/reventless_aws
 
 # Local services the suite talks to (started if they are down; see infra/local/).
 services:
