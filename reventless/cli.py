@@ -144,8 +144,13 @@ async def cmd_dead_letters(a: argparse.Namespace) -> int:
     await db.open()
     try:
         letters = await db.read(lambda c: list_sync(db, c, a.component))
+        names = await db.read(lambda c: [str(r[0]) for r in c.exec_driver_sql(_COMPONENTS).all()])
     finally:
         await db.close()
+    if a.broker:  # the broker's dead-letter queues too (adapters that have them)
+        letters.extend(
+            await _broker_dead_letters(a.broker, [a.component] if a.component else names)
+        )
     _print_table(
         ["id", "component", "topic", "offset", "aggregate", "type", "attempts", "error"],
         [
@@ -163,6 +168,26 @@ async def cmd_dead_letters(a: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+_COMPONENTS = "SELECT DISTINCT component FROM rv_checkpoints ORDER BY component"
+
+
+async def _broker_dead_letters(url: str, groups: list[str]) -> list[Any]:
+    from .broker import open_broker
+
+    broker = open_broker(url)
+    listing = getattr(broker, "dead_letters", None)
+    if listing is None:
+        raise ReventlessError(f"broker {url.split('://')[0]} has no dead-letter queues to list")
+    await broker.connect()
+    try:
+        found: list[Any] = []
+        for group in groups:
+            found.extend(await listing(group))
+        return found
+    finally:
+        await broker.close()
 
 
 async def cmd_redrive(a: argparse.Namespace) -> int:
@@ -196,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--from", dest="from_offset", type=int, default=1)
     d = add("dead-letters", "list open dead letters")
     d.add_argument("--component")
+    d.add_argument("--broker", default=None, help="also list this broker's dead-letter queues")
     r = sub.add_parser("redrive", help="retry a component's dead letters (needs the app)")
     r.add_argument("component")
     r.add_argument("--app", required=True, help="module:attribute of an App or App factory")

@@ -551,7 +551,11 @@ class SnsSqsBroker:
         groups = [group] if group is not None else list(self._queues)
         out: list[DeadLetter] = []
         for g in groups:
-            _, dlq = await self.queue_urls(g)
+            try:
+                _, dlq = await self.queue_urls(g)
+            except BrokerError:
+                log.debug("group %s has no queues here: no dead letters", g)
+                continue
             raws = await self._drain(dlq, 5)
             if raws:
                 await self._change_visibility(dlq, [str(r["ReceiptHandle"]) for r in raws], 0)
