@@ -190,10 +190,30 @@ async def _broker_dead_letters(url: str, groups: list[str]) -> list[Any]:
         await broker.close()
 
 
-async def cmd_redrive(a: argparse.Namespace) -> int:
-    module_name, _, attr = a.app.partition(":")
+def _load_app(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
     obj: Any = getattr(importlib.import_module(module_name), attr or "app")
-    app = obj() if callable(obj) and not hasattr(obj, "start") else obj
+    return obj() if callable(obj) and not hasattr(obj, "start") else obj
+
+
+async def cmd_infra(a: argparse.Namespace) -> int:
+    """Write the infrastructure derived from the app's declarations (no I/O but files)."""
+    from .infra import synth
+
+    written = synth(
+        _load_app(a.app),
+        a.out,
+        aws_url=None if a.aws_url == "none" else a.aws_url,
+        nats_url=None if a.nats_url == "none" else a.nats_url,
+        dialects=tuple(d for d in a.dialect.split(",") if d),
+    )
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+async def cmd_redrive(a: argparse.Namespace) -> int:
+    app = _load_app(a.app)
     async with app:
         report = await app.redrive(a.component, a.aggregate)
     print(f"redriven: {report.redriven}  still parked: {report.still_parked}")
@@ -226,8 +246,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("component")
     r.add_argument("--app", required=True, help="module:attribute of an App or App factory")
     r.add_argument("--aggregate", default=None)
+    inf = sub.add_parser("infra", help="infrastructure derived from the app's specs")
+    isub = inf.add_subparsers(dest="infra_cmd", required=True)
+    syn = isub.add_parser(
+        "synth", help="write a CloudFormation template, JetStream definitions and SQL DDL"
+    )
+    syn.add_argument("--app", required=True, help="module:attribute of an App or App factory")
+    syn.add_argument("--out", default="infra/generated", help="output directory")
+    syn.add_argument("--aws-url", default="sns+sqs://us-east-1", help="names ('none': skip)")
+    syn.add_argument("--nats-url", default="nats://127.0.0.1:4222", help="names ('none': skip)")
+    syn.add_argument("--dialect", default="sqlite,postgresql", help="SQL dialects of the DDL")
     a = p.parse_args(argv)
     handlers = {
+        "infra": cmd_infra,
         "topics": cmd_topics,
         "tail": cmd_tail,
         "export": cmd_export,
