@@ -88,6 +88,7 @@ class SnsSqsBroker:
         self._created: set[str] = set()
         self._queues: dict[str, tuple[str, str]] = {}  # group -> (queue url, dlq url)
         self._pumps: dict[str, Pump] = {}
+        self._stopping: dict[str, asyncio.Task[None]] = {}
         #: Messages SNS took / consumers dropped as repeats / HTTP requests sent to AWS.
         self.published = 0
         self.duplicates_dropped = 0
@@ -158,7 +159,10 @@ class SnsSqsBroker:
         self._pumps.clear()
         for pump in pumps:
             pump.members.clear()
-            await pump.stop()
+        await asyncio.gather(
+            *(p.stop() for p in pumps), *self._stopping.values(), return_exceptions=True
+        )
+        self._stopping.clear()
         stack, self._stack = self._stack, None
         self._sns_client = self._sqs_client = None
         self._topic_arns.clear()
@@ -326,6 +330,9 @@ class SnsSqsBroker:
             for topic in dict.fromkeys(topics):
                 await self.declare(topic)
             queue_url, dlq_url = await self._ensure_queue(group, topics, partitions)
+            stopping = self._stopping.pop(group, None)
+            if stopping is not None:  # one receive loop per queue and process at a time
+                await asyncio.gather(stopping, return_exceptions=True)
             pump = self._pumps.get(group)
             fresh = pump is None
             if pump is None:
@@ -337,9 +344,13 @@ class SnsSqsBroker:
             return SnsSqsSubscription(self, pump, member)
 
     async def _drop_pump(self, pump: Pump) -> None:
+        """Stop a group's receive loop in the background: a long poll in flight ends within
+        ``wait`` seconds and releases what it got; ``close`` (or a new subscription of the
+        group) waits for it, so closing many groups takes one ``wait``, not one each."""
         if self._pumps.get(pump.group) is pump:
             del self._pumps[pump.group]
-        await pump.stop()
+        task = asyncio.get_running_loop().create_task(pump.stop())
+        self._stopping[pump.group] = task
 
     async def queue_urls(self, group: str) -> tuple[str, str]:
         """(queue URL, dead-letter queue URL) of ``group`` (looked up, never created)."""
