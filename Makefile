@@ -41,6 +41,7 @@ bench: $(STAMP) services
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python -m bench --store all --out BENCHMARKS.md $(BENCH_ARGS)
 	$(BIN)/python -m bench.nats_fanout --out BENCHMARKS.md
+	$(BIN)/python -m bench.aws --out BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

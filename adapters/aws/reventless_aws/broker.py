@@ -260,11 +260,19 @@ class SnsSqsBroker:
             await self.declare(topic)
         # Lanes: one message group always goes to the same lane, and each lane sends its
         # batches one after another, so per-group order holds with calls in parallel.
+        # A topic's messages that fit one PublishBatch go in one call (fewest calls).
+        by_topic: dict[str, list[tuple[Message, int]]] = {}
+        for m, s in sized:
+            by_topic.setdefault(m.topic, []).append((m, s))
         lanes: dict[tuple[str, int], list[tuple[Message, int]]] = {}
         width = self.options.max_pending
-        for m, s in sized:
-            lane = hash(self.options.group_id(m.topic, m.key)) % width
-            lanes.setdefault((m.topic, lane), []).append((m, s))
+        for topic, items in by_topic.items():
+            if len(items) <= 10 and sum(s for _, s in items) <= MAX_REQUEST_BYTES:
+                lanes[(topic, 0)] = items
+                continue
+            for m, s in items:
+                lane = hash(self.options.group_id(m.topic, m.key)) % width
+                lanes.setdefault((m.topic, lane), []).append((m, s))
         results = await asyncio.gather(
             *(self._send_lane(topic, items) for (topic, _), items in lanes.items()),
             return_exceptions=True,
