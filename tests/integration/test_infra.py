@@ -26,7 +26,7 @@ import pytest
 from reventless.cli import main as cli
 from reventless.infra import Channels, CollectorChannel, channels_of
 from reventless.testing.broker_suite import BrokerConformance
-from tests.moto_server import MotoServer, aws_url
+from tests.moto_server import MotoServer, aws_url, require_adapter
 
 pytestmark = pytest.mark.aws
 
@@ -34,7 +34,7 @@ SHOP = "examples.shop.model:app"
 
 
 def test_synth_writes_a_template_streams_and_ddl(tmp_path: Path) -> None:
-    pytest.importorskip("reventless_aws")
+    require_adapter()
     assert cli(["infra", "synth", "--app", SHOP, "--out", str(tmp_path)]) == 0
     t = json.loads((tmp_path / "cloudformation.json").read_text())
     res = t["Resources"]
@@ -70,7 +70,7 @@ def cfn_lint(path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_template_passes_cfn_lint(tmp_path: Path) -> None:
-    pytest.importorskip("reventless_aws")
+    require_adapter()
     assert (
         cli(
             [
