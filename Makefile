@@ -8,10 +8,11 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test test-fast lint services bench clean
 
-$(STAMP): pyproject.toml adapters/nats/pyproject.toml
+$(STAMP): pyproject.toml adapters/nats/pyproject.toml adapters/aws/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]' -e adapters/nats
+	$(BIN)/python -m pip install --quiet -e '.[aws]' -e 'adapters/aws[typing]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 demo: $(STAMP)
@@ -22,6 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check reventless adapters tests examples bench conftest.py
 	$(BIN)/mypy
 	$(BIN)/mypy --strict adapters/nats/reventless_nats
+	$(BIN)/mypy --strict adapters/aws/reventless_aws
 
 # Local services the suite talks to (started if they are down; see infra/local/).
 services:
@@ -34,7 +36,7 @@ test: lint services
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow and not postgres and not nats and not aws and not spark" $(PYTEST_ARGS)
 
-# Benchmarks (not part of `make test`): SQLite + PostgreSQL, then JetStream fan-out.
+# Benchmarks (not part of `make test`): SQLite + PostgreSQL, JetStream fan-out, SNS/SQS.
 # `make bench QUICK=1` is a smoke run of the same harness (small sizes, one repetition,
 # under a minute); it writes its report and plots under $(BENCH_QUICK_DIR), not the repo.
 QUICK ?=
@@ -45,10 +47,12 @@ ifeq ($(QUICK),1)
 	mkdir -p $(BENCH_QUICK_DIR)
 	$(BIN)/python -m bench --store all --quick --reps 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.nats_fanout --quick --reps 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
+	$(BIN)/python -m bench.aws --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	@echo "quick bench report: $(BENCH_QUICK_DIR)/BENCHMARKS.md"
 else
 	$(BIN)/python -m bench --store all --out BENCHMARKS.md $(BENCH_ARGS)
 	$(BIN)/python -m bench.nats_fanout --out BENCHMARKS.md
+	$(BIN)/python -m bench.aws --out BENCHMARKS.md
 endif
 
 clean:

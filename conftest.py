@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.moto_server import moto_server, sns_sqs_url  # noqa: F401  (fixtures)
 from tests.nats_server import nats_server, nats_url  # noqa: F401  (fixtures)
 from tests.services import unavailable
 

@@ -286,6 +286,7 @@ class App:
         if self._started:
             return
         dispatches = {n: self._dispatch(c) for n, c in self._components.items()}
+        self._check_order()
         await self.store.open()
         created: list[str] = []
         declared: list[str] = []
@@ -332,6 +333,25 @@ class App:
                 raise SpecError(f"unknown component kind {comp!r}")
             self._collectors[name] = collector
         await asyncio.gather(*(c.start() for c in self._collectors.values()))
+
+    def _check_order(self) -> None:
+        """A component that needs per-aggregate order may not run on an unordered channel
+        (an adapter that can be unordered offers ``delivers_in_order(group)``)."""
+        in_order = getattr(self.broker, "delivers_in_order", None)
+        if in_order is None:
+            return
+        for name, comp in self._components.items():
+            if comp.ordered and not in_order(self._group(name)):
+                raise SpecError(
+                    f"{name} needs per-aggregate order, but the broker delivers its group "
+                    "unordered: use an ordered (FIFO) channel, or declare the component with "
+                    "ordered=False if its handlers do not depend on order"
+                )
+
+    def _group(self, name: str) -> str:
+        """The broker consumer group of component ``name`` (as its collector subscribes)."""
+        o = self.options.collector
+        return f"{name}.m{o.member}of{o.members}" if o.members > 1 else name
 
     async def _undo(self, created: list[str], declared: list[str]) -> None:
         """A failed build leaves nothing behind: tables and registry rows created now,
@@ -419,13 +439,28 @@ class App:
             raise SpecError(f"no running collector {name!r}") from None
 
     async def dead_letters(self, component: str | None = None) -> list[DeadLetter]:
-        """Open dead letters (of one component, or all)."""
+        """Open dead letters (of one component, or all): the events handlers gave up on,
+        then the broker messages a broker dead-lettered (adapters that have a dead-letter
+        queue offer ``dead_letters(group)``; those rows have ``id`` 0)."""
         db = self.store.db
-        return await db.read(lambda conn: list_sync(db, conn, component))
+        letters = await db.read(lambda conn: list_sync(db, conn, component))
+        listing = getattr(self.broker, "dead_letters", None)
+        if listing is not None and self._started:
+            for name in [component] if component is not None else list(self._components):
+                if name in self._components:
+                    letters.extend(await listing(self._group(name)))
+        return letters
 
     async def redrive(self, component: str, aggregate_id: str | None = None) -> RedriveReport:
-        """Retry a component's dead letters per aggregate, in offset order."""
-        return await self.collector(component).redrive(aggregate_id)
+        """Retry a component's dead letters per aggregate, in offset order. A broker with a
+        dead-letter queue (``redrive(group)``) first moves its messages back, in order."""
+        collector = self.collector(component)
+        broker_redrive = getattr(self.broker, "redrive", None)
+        if broker_redrive is not None and aggregate_id is None:
+            moved = await broker_redrive(self._group(component))
+            if moved:
+                log.info("%s: %d broker dead letter(s) moved back to its queue", component, moved)
+        return await collector.redrive(aggregate_id)
 
     @property
     def topics(self) -> dict[str, Topic]:

@@ -145,8 +145,13 @@ async def cmd_dead_letters(a: argparse.Namespace) -> int:
     await db.open()
     try:
         letters = await db.read(lambda c: list_sync(db, c, a.component))
+        names = await db.read(lambda c: [str(r[0]) for r in c.exec_driver_sql(_COMPONENTS).all()])
     finally:
         await db.close()
+    if a.broker:  # the broker's dead-letter queues too (adapters that have them)
+        letters.extend(
+            await _broker_dead_letters(a.broker, [a.component] if a.component else names)
+        )
     _print_table(
         ["id", "component", "topic", "offset", "aggregate", "type", "attempts", "error"],
         [
@@ -166,10 +171,50 @@ async def cmd_dead_letters(a: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_redrive(a: argparse.Namespace) -> int:
-    module_name, _, attr = a.app.partition(":")
+_COMPONENTS = "SELECT DISTINCT component FROM rv_checkpoints ORDER BY component"
+
+
+async def _broker_dead_letters(url: str, groups: list[str]) -> list[Any]:
+    from .broker import open_broker
+
+    broker = open_broker(url)
+    listing = getattr(broker, "dead_letters", None)
+    if listing is None:
+        raise ReventlessError(f"broker {url.split('://')[0]} has no dead-letter queues to list")
+    await broker.connect()
+    try:
+        found: list[Any] = []
+        for group in groups:
+            found.extend(await listing(group))
+        return found
+    finally:
+        await broker.close()
+
+
+def _load_app(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
     obj: Any = getattr(importlib.import_module(module_name), attr or "app")
-    app = obj() if callable(obj) and not hasattr(obj, "start") else obj
+    return obj() if callable(obj) and not hasattr(obj, "start") else obj
+
+
+async def cmd_infra(a: argparse.Namespace) -> int:
+    """Write the infrastructure derived from the app's declarations (no I/O but files)."""
+    from .infra import synth
+
+    written = synth(
+        _load_app(a.app),
+        a.out,
+        aws_url=None if a.aws_url == "none" else a.aws_url,
+        nats_url=None if a.nats_url == "none" else a.nats_url,
+        dialects=tuple(d for d in a.dialect.split(",") if d),
+    )
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+async def cmd_redrive(a: argparse.Namespace) -> int:
+    app = _load_app(a.app)
     async with app:
         report = await app.redrive(a.component, a.aggregate)
     print(f"redriven: {report.redriven}  still parked: {report.still_parked}")
@@ -222,6 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--from", dest="from_offset", type=int, default=1)
     d = add("dead-letters", "list open dead letters")
     d.add_argument("--component")
+    d.add_argument("--broker", default=None, help="also list this broker's dead-letter queues")
     r = sub.add_parser("redrive", help="retry a component's dead letters (needs the app)")
     r.add_argument("component")
     r.add_argument("--app", required=True, help="module:attribute of an App or App factory")
@@ -231,9 +277,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--tokens-file", required=True, help="JSON {token: tenant or null}")
     s.add_argument("--retention-interval", type=float, default=None, help="seconds")
+    inf = sub.add_parser("infra", help="infrastructure derived from the app's specs")
+    isub = inf.add_subparsers(dest="infra_cmd", required=True)
+    syn = isub.add_parser(
+        "synth", help="write a CloudFormation template, JetStream definitions and SQL DDL"
+    )
+    syn.add_argument("--app", required=True, help="module:attribute of an App or App factory")
+    syn.add_argument("--out", default="infra/generated", help="output directory")
+    syn.add_argument("--aws-url", default="sns+sqs://us-east-1", help="names ('none': skip)")
+    syn.add_argument("--nats-url", default="nats://127.0.0.1:4222", help="names ('none': skip)")
+    syn.add_argument("--dialect", default="sqlite,postgresql", help="SQL dialects of the DDL")
     a = p.parse_args(argv)
     handlers = {
         "serve": cmd_serve,
+        "infra": cmd_infra,
         "topics": cmd_topics,
         "tail": cmd_tail,
         "export": cmd_export,

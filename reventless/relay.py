@@ -52,30 +52,67 @@ def decode_batch(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(data).read_all()
 
 
+TYPE_AT = META_NAMES.index("_type")
+
+
 def message_for(topic: TopicDef, partition: int, rows: list[StoredRow], prev: int) -> Message:
     """One broker message: rows of one partition of ``topic``, in offset order.
 
     ``rv-prev`` is the partition's previous offset (0: none), so a consumer can tell a
     gap (it has not seen ``prev`` yet) from a duplicate; the key is the partition.
+    ``rv-types`` names the event types in the message (brokers may filter on it).
     """
     first, last = rows[0][0], rows[-1][0]
+    headers = {
+        "rv-first": str(first),
+        "rv-last": str(last),
+        "rv-count": str(len(rows)),
+        "rv-prev": str(prev),
+    }
+    types = sorted({str(r[TYPE_AT]) for r in rows if r[TYPE_AT]})
+    if types:
+        headers["rv-types"] = ",".join(types)
     return Message(
         topic=topic.name,
         data=encode_batch(topic.schema.to_arrow(rows)),
         msg_id=f"{topic.name}:{partition}:{first}-{last}",
-        headers={
-            "rv-first": str(first),
-            "rv-last": str(last),
-            "rv-count": str(len(rows)),
-            "rv-prev": str(prev),
-        },
+        headers=headers,
         key=str(partition),
     )
 
 
-def messages_for(topic: TopicDef, rows: list[StoredRow], last: dict[int, int]) -> list[Message]:
-    """Split a contiguous page into per-partition messages; ``last`` tracks each
-    partition's last published offset (updated)."""
+def fitted(
+    topic: TopicDef, partition: int, rows: list[StoredRow], prev: int, limit: int | None
+) -> list[Message]:
+    """``message_for``, split in halves until each payload fits ``limit`` bytes (the
+    broker's ``max_message_bytes``); the pieces chain through ``rv-prev``. A single event
+    larger than the limit cannot be sent: it is logged and left out, and collectors read
+    it from the store (they see the gap in ``rv-prev``)."""
+    msg = message_for(topic, partition, rows, prev)
+    if limit is None or len(msg.data) <= limit:
+        return [msg]
+    if len(rows) == 1:
+        log.error(
+            "event at offset %d of topic %s is %d bytes encoded, over the broker's message "
+            "limit of %d: not published (collectors read it from the store)",
+            rows[0][0],
+            topic.name,
+            len(msg.data),
+            limit,
+        )
+        return []
+    half = len(rows) // 2
+    return [
+        *fitted(topic, partition, rows[:half], prev, limit),
+        *fitted(topic, partition, rows[half:], rows[half - 1][0], limit),
+    ]
+
+
+def messages_for(
+    topic: TopicDef, rows: list[StoredRow], last: dict[int, int], limit: int | None = None
+) -> list[Message]:
+    """Split a contiguous page into per-partition messages (each at most ``limit`` bytes of
+    payload, if given); ``last`` tracks each partition's last published offset (updated)."""
     if topic.partitions == 1:
         by_part = {0: rows}
     else:
@@ -84,7 +121,7 @@ def messages_for(topic: TopicDef, rows: list[StoredRow], last: dict[int, int]) -
             by_part.setdefault(r[PARTITION_AT], []).append(r)
     out = []
     for p, part in by_part.items():
-        out.append(message_for(topic, p, part, last.get(p, 0)))
+        out.extend(fitted(topic, p, part, last.get(p, 0), limit))
         last[p] = part[-1][0]
     return out
 
@@ -110,6 +147,9 @@ class Relay:
         self.orphan_after = orphan_after
         # topic -> (a head committed elsewhere, when first seen unpublished)
         self._foreign: dict[str, tuple[int, float]] = {}
+        #: The broker's payload limit per message (adapters with one set
+        #: ``max_message_bytes``); larger pages are split to fit.
+        self.max_message_bytes: int | None = getattr(broker, "max_message_bytes", None)
         self.published: dict[str, int] = {}
         self._persisted: dict[str, int] = {}
         self._buffer: dict[str, deque[StoredRow]] = {n: deque() for n in self.topics}
@@ -249,7 +289,7 @@ class Relay:
             if not rows:
                 return
             last = dict(self._last[name])
-            await self.broker.publish(messages_for(topic, rows, last))
+            await self.broker.publish(messages_for(topic, rows, last, self.max_message_bytes))
             self._last[name] = last
             self.published[name] = rows[-1][0]
 

@@ -324,3 +324,8 @@ def build(store: str, broker: str = "memory://", *, options: rv.AppOptions | Non
     app.collect(fulfilment)
     app.collect(confirmations(mailer))
     return shop
+
+
+def app() -> rv.App:
+    """The shop's App with the demo's defaults (for ``reventless infra synth --app``)."""
+    return build("sqlite:///.demo/shop.db").app

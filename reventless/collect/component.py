@@ -65,14 +65,20 @@ class Send:
 
 
 class Component:
-    """Base of collector components: a unique name and handlers per event type."""
+    """Base of collector components: a unique name and handlers per event type.
+
+    ``ordered=False`` declares that the handlers do not need per-aggregate order, so the
+    component may run on an unordered broker channel (SNS/SQS standard queues); binding
+    a component that needs order to such a channel is a ``SpecError`` when the App starts.
+    """
 
     kind: Literal["read_model", "mapper", "side_effect"]
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, ordered: bool = True) -> None:
         if not _NAME.match(name):
             raise SpecError(f"component name {name!r} must match {_NAME.pattern}")
         self.name = name
+        self.ordered = ordered
         self.handlers: dict[type[Event], HandlerSpec] = {}
         self.topic_handlers: dict[str, HandlerSpec] = {}
 
@@ -144,8 +150,8 @@ class ReadModel(Component, Generic[R]):
 
     kind = "read_model"
 
-    def __init__(self, name: str, *, row: type[R], key: str) -> None:
-        super().__init__(name)
+    def __init__(self, name: str, *, row: type[R], key: str, ordered: bool = True) -> None:
+        super().__init__(name, ordered=ordered)
         if not (isinstance(row, type) and issubclass(row, BaseModel)):
             raise SpecError(f"{name}: row must be a pydantic model class")
         if not key or key not in row.model_fields:
@@ -180,8 +186,10 @@ class SideEffectHandler(Component):
 
     kind = "side_effect"
 
-    def __init__(self, name: str, *, max_attempts: int = 3, backoff: float = 0.05) -> None:
-        super().__init__(name)
+    def __init__(
+        self, name: str, *, max_attempts: int = 3, backoff: float = 0.05, ordered: bool = True
+    ) -> None:
+        super().__init__(name, ordered=ordered)
         if max_attempts < 1:
             raise SpecError(f"{name}: max_attempts must be >= 1")
         self.max_attempts = max_attempts

@@ -1,0 +1,656 @@
+"""``SnsSqsBroker``: the reventless Broker port on AWS SNS and SQS (aiobotocore).
+
+Each topic is an SNS FIFO topic ``<Topic>EventTopic.fifo``; a message's ``MessageGroupId``
+is its topic and partition key (per-aggregate order), its ``MessageDeduplicationId`` its
+id. Each consumer group (a collector) is one SQS FIFO queue with a dead-letter queue,
+subscribed to the group's topics with raw message delivery. Every call is a batch call.
+See ``adapters/aws/README.md``.
+
+Example::
+
+    broker = SnsSqsBroker.from_url("sns+sqs://us-east-1?endpoint=http://127.0.0.1:5000")
+    await broker.connect()
+    await broker.declare("Customer")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Collection, Sequence
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+
+from reventless.broker import Handler, Message
+from reventless.collect.deadletter import DeadLetter
+from reventless.errors import BrokerError
+
+from . import codec
+from .codec import MessageTooLargeError
+from .options import MAX_PAYLOAD_BYTES, MAX_REQUEST_BYTES, SnsSqsOptions
+from .pump import Pump, _Member, as_dict
+
+if TYPE_CHECKING:
+    from types_aiobotocore_sns.client import SNSClient
+    from types_aiobotocore_sqs.client import SQSClient
+
+log = logging.getLogger("reventless.broker.aws")
+
+
+class SnsSqsSubscription:
+    """Handle returned by ``SnsSqsBroker.subscribe``."""
+
+    def __init__(self, broker: SnsSqsBroker, pump: Pump, member: _Member) -> None:
+        self._broker, self._pump, self._member = broker, pump, member
+
+    async def close(self) -> None:
+        """Leave the group; the last member in this process stops the receive loop (the
+        queue keeps what arrives meanwhile, and the group resumes where it left off)."""
+        pump = self._pump
+        if self._member in pump.members:
+            pump.members.remove(self._member)
+        if not pump.members:
+            await self._broker._drop_pump(pump)
+
+
+class SnsSqsBroker:
+    """The Broker port on SNS -> SQS (``sns+sqs://region?option=value``).
+
+    Example::
+
+        broker = SnsSqsBroker.from_url("sns+sqs://eu-west-1?prefix=shop")
+        await broker.connect()
+        await broker.subscribe("audit", ["Customer"], handler)
+    """
+
+    #: The relay splits its batches so that each message's payload fits this (base64 and
+    #: attributes included, a message stays under SNS's 256 KiB).
+    max_message_bytes = MAX_PAYLOAD_BYTES
+
+    def __init__(self, options: SnsSqsOptions | None = None) -> None:
+        self.options = options or SnsSqsOptions()
+        self.options.validate()
+        self._stack: AsyncExitStack | None = None
+        self._sns_client: SNSClient | None = None
+        self._sqs_client: SQSClient | None = None
+        self._connect_lock = asyncio.Lock()
+        self._declare_lock = asyncio.Lock()
+        self._subscribe_lock = asyncio.Lock()
+        self._topic_arns: dict[str, str] = {}
+        self._created: set[str] = set()
+        self._queues: dict[str, tuple[str, str]] = {}  # group -> (queue url, dlq url)
+        self._pumps: dict[str, Pump] = {}
+        self._stopping: dict[str, asyncio.Task[None]] = {}
+        #: Messages SNS took / consumers dropped as repeats / HTTP requests sent to AWS.
+        self.published = 0
+        self.duplicates_dropped = 0
+        self.api_calls = 0
+        #: HTTP requests per operation (``PublishBatch``, ``ReceiveMessage``, ...).
+        self.calls: Counter[str] = Counter()
+
+    @classmethod
+    def from_url(cls, url: str) -> SnsSqsBroker:
+        """``sns+sqs://[key:secret@]region[?endpoint=...&prefix=...&...]`` (see
+        ``SnsSqsOptions`` for every option)."""
+        return cls(SnsSqsOptions.from_url(url))
+
+    # -- connection -------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Open the SNS and SQS clients (idempotent); ``BrokerError`` if SQS does not answer."""
+        async with self._connect_lock:
+            if self._stack is not None:
+                return
+            o = self.options
+            session = get_session()
+            kw: dict[str, Any] = {
+                "region_name": o.region,
+                "config": AioConfig(
+                    retries={"max_attempts": 3, "mode": "standard"},
+                    connect_timeout=5,
+                    read_timeout=o.wait + 15,
+                    max_pool_connections=50,
+                ),
+            }
+            if o.endpoint:
+                kw["endpoint_url"] = o.endpoint
+            if o.access_key:
+                kw["aws_access_key_id"] = o.access_key
+                kw["aws_secret_access_key"] = o.secret_key
+            stack = AsyncExitStack()
+            try:
+                sns = await stack.enter_async_context(session.create_client("sns", **kw))
+                sqs = await stack.enter_async_context(session.create_client("sqs", **kw))
+                for client in (sns, sqs):
+                    client.meta.events.register("before-send", self._count)
+                await sqs.list_queues(MaxResults=1, QueueNamePrefix=o.prefix or "rv")
+            except Exception as exc:
+                await stack.aclose()
+                raise BrokerError(
+                    f"cannot reach SQS in {o.region} at {o.endpoint or 'the AWS endpoint'}: {exc}"
+                ) from exc
+            self._stack, self._sns_client, self._sqs_client = stack, sns, sqs
+
+    def _count(self, event_name: str = "", **_: Any) -> None:
+        self.api_calls += 1
+        self.calls[event_name.rsplit(".", 1)[-1]] += 1
+
+    def _sns(self) -> SNSClient:
+        if self._sns_client is None:
+            raise BrokerError("the SNS/SQS broker is not connected (call connect() first)")
+        return self._sns_client
+
+    def _sqs(self) -> SQSClient:
+        if self._sqs_client is None:
+            raise BrokerError("the SNS/SQS broker is not connected (call connect() first)")
+        return self._sqs_client
+
+    async def close(self) -> None:
+        """Stop every receive loop (running handlers finish), then close the clients."""
+        pumps = list(self._pumps.values())
+        self._pumps.clear()
+        for pump in pumps:
+            pump.members.clear()
+        await asyncio.gather(
+            *(p.stop() for p in pumps), *self._stopping.values(), return_exceptions=True
+        )
+        self._stopping.clear()
+        stack, self._stack = self._stack, None
+        self._sns_client = self._sqs_client = None
+        self._topic_arns.clear()
+        self._queues.clear()
+        if stack is not None:
+            with contextlib.suppress(Exception):
+                await stack.aclose()
+
+    def delivers_in_order(self, group: str) -> bool:
+        """Whether ``group`` gets each message group in order (FIFO); the App refuses to
+        bind a collector that needs order to an unordered (standard) channel."""
+        return self.options.fifo
+
+    # -- declare ----------------------------------------------------------------------------
+
+    async def declare(self, topic: str) -> None:
+        """Create the topic's SNS topic (idempotent), or find it when ``create=false``."""
+        if topic in self._topic_arns:
+            return
+        async with self._declare_lock:
+            if topic in self._topic_arns:
+                return
+            self._topic_arns[topic] = await self._ensure_topic(topic)
+
+    async def _ensure_topic(self, topic: str) -> str:
+        o = self.options
+        name = o.topic_name(topic)
+        sns = self._sns()
+        if not o.create:
+            return await self._find_topic(name)
+        attrs = {"FifoTopic": "true", "ContentBasedDeduplication": "false"} if o.fifo else {}
+        try:
+            arn = (await sns.create_topic(Name=name, Attributes=attrs))["TopicArn"]
+        except Exception as exc:
+            raise BrokerError(f"cannot create SNS topic {name} for topic {topic!r}: {exc}") from exc
+        self._created.add(topic)
+        return arn
+
+    async def _find_topic(self, name: str) -> str:
+        kw: dict[str, str] = {}
+        while True:
+            try:
+                page = await self._sns().list_topics(**kw)
+            except Exception as exc:
+                raise BrokerError(f"cannot list SNS topics: {exc}") from exc
+            for t in page.get("Topics", []):
+                arn = t.get("TopicArn", "")
+                if arn.rsplit(":", 1)[-1] == name:
+                    return arn
+            token = page.get("NextToken")
+            if not token:
+                raise BrokerError(
+                    f"SNS topic {name} does not exist (create=false: deploy the "
+                    "CloudFormation template from `reventless infra synth` first)"
+                )
+            kw = {"NextToken": token}
+
+    async def undeclare(self, topic: str) -> None:
+        """Undo ``declare`` for a failed build: delete the SNS topic if this broker created it."""
+        arn = self._topic_arns.pop(topic, None)
+        if arn is None or topic not in self._created:
+            return
+        self._created.discard(topic)
+        try:
+            await self._sns().delete_topic(TopicArn=arn)
+        except Exception as exc:
+            raise BrokerError(f"cannot delete the SNS topic of {topic!r}: {exc}") from exc
+
+    def topic_arn(self, topic: str) -> str:
+        """The ARN of a declared topic."""
+        try:
+            return self._topic_arns[topic]
+        except KeyError:
+            raise BrokerError(f"topic {topic!r} is not declared") from None
+
+    # -- publish ----------------------------------------------------------------------------
+
+    async def publish(self, messages: Sequence[Message]) -> None:
+        """PublishBatch (10 messages and at most 256 KiB per call), order kept per message
+        group; raise ``BrokerError`` unless SNS took every message, and
+        ``MessageTooLargeError`` (sending nothing) if one cannot fit a publish."""
+        if not messages:
+            return
+        sized = [(m, codec.entry_size(m)) for m in messages]
+        big = [(m, s) for m, s in sized if s > MAX_REQUEST_BYTES]
+        if big:
+            m, s = big[0]
+            raise MessageTooLargeError(
+                f"message {m.msg_id} of topic {m.topic} is {s} bytes with its attributes, over "
+                f"the SNS limit of {MAX_REQUEST_BYTES} ({len(big)} such message(s); nothing "
+                "was published: split the batch, or keep single events under "
+                f"{MAX_PAYLOAD_BYTES} bytes)"
+            )
+        for topic in dict.fromkeys(m.topic for m in messages):
+            await self.declare(topic)
+        # Lanes: one message group always goes to the same lane, and each lane sends its
+        # batches one after another, so per-group order holds with calls in parallel.
+        # A topic's messages that fit one PublishBatch go in one call (fewest calls).
+        by_topic: dict[str, list[tuple[Message, int]]] = {}
+        for m, s in sized:
+            by_topic.setdefault(m.topic, []).append((m, s))
+        lanes: dict[tuple[str, int], list[tuple[Message, int]]] = {}
+        width = self.options.max_pending
+        for topic, items in by_topic.items():
+            if len(items) <= 10 and sum(s for _, s in items) <= MAX_REQUEST_BYTES:
+                lanes[(topic, 0)] = items
+                continue
+            for m, s in items:
+                lane = hash(self.options.group_id(m.topic, m.key)) % width
+                lanes.setdefault((m.topic, lane), []).append((m, s))
+        results = await asyncio.gather(
+            *(self._send_lane(topic, items) for (topic, _), items in lanes.items()),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise BrokerError(f"SNS publish failed: {errors[0]}") from errors[0]
+
+    async def _send_lane(self, topic: str, items: list[tuple[Message, int]]) -> None:
+        arn = self.topic_arn(topic)
+        batch: list[Message] = []
+        size = 0
+        for m, s in items:
+            if batch and (len(batch) == 10 or size + s > MAX_REQUEST_BYTES):
+                await self._publish_batch(arn, batch)
+                batch, size = [], 0
+            batch.append(m)
+            size += s
+        if batch:
+            await self._publish_batch(arn, batch)
+
+    async def _publish_batch(self, arn: str, batch: list[Message]) -> None:
+        o = self.options
+        entries: list[Any] = []
+        for i, m in enumerate(batch):
+            entry: dict[str, Any] = {
+                "Id": str(i),
+                "Message": codec.body(m),
+                "MessageAttributes": codec.attributes(m),
+            }
+            if o.fifo:
+                entry["MessageGroupId"] = o.group_id(m.topic, m.key)
+                entry["MessageDeduplicationId"] = o.dedup_id(m.msg_id)
+            entries.append(entry)
+        try:
+            got = await self._sns().publish_batch(TopicArn=arn, PublishBatchRequestEntries=entries)
+        except Exception as exc:
+            raise BrokerError(f"PublishBatch to {arn} failed: {exc}") from exc
+        failed = got.get("Failed", [])
+        self.published += len(got.get("Successful", []))
+        if failed:
+            first = failed[0]
+            raise BrokerError(
+                f"SNS refused {len(failed)} of {len(batch)} message(s) to {arn}: "
+                f"{first.get('Code')}: {first.get('Message')}"
+            )
+
+    # -- subscribe --------------------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        group: str,
+        topics: Sequence[str],
+        handler: Handler,
+        *,
+        partitions: Collection[int] | None = None,
+    ) -> SnsSqsSubscription:
+        """Join ``group`` on ``topics``: the group's queue (created with its DLQ and
+        subscribed to the topics, unless ``create=false``) and one receive loop per process,
+        shared by this process's members (split by ``crc32(key)``)."""
+        self._sqs()
+        async with self._subscribe_lock:
+            for topic in dict.fromkeys(topics):
+                await self.declare(topic)
+            queue_url, dlq_url = await self._ensure_queue(group, topics, partitions)
+            stopping = self._stopping.pop(group, None)
+            if stopping is not None:  # one receive loop per queue and process at a time
+                await asyncio.gather(stopping, return_exceptions=True)
+            pump = self._pumps.get(group)
+            fresh = pump is None
+            if pump is None:
+                pump = self._pumps[group] = Pump(self, group, queue_url, dlq_url)
+            member = _Member(handler, None if partitions is None else frozenset(partitions))
+            pump.members.append(member)
+            if fresh:
+                pump.start()
+            return SnsSqsSubscription(self, pump, member)
+
+    async def _drop_pump(self, pump: Pump) -> None:
+        """Stop a group's receive loop in the background: a long poll in flight ends within
+        ``wait`` seconds and releases what it got; ``close`` (or a new subscription of the
+        group) waits for it, so closing many groups takes one ``wait``, not one each."""
+        if self._pumps.get(pump.group) is pump:
+            del self._pumps[pump.group]
+        task = asyncio.get_running_loop().create_task(pump.stop())
+        self._stopping[pump.group] = task
+
+    async def queue_urls(self, group: str) -> tuple[str, str]:
+        """(queue URL, dead-letter queue URL) of ``group`` (looked up, never created)."""
+        if group in self._queues:
+            return self._queues[group]
+        o = self.options
+        urls = (
+            await self._queue_url(o.queue_name(group)),
+            await self._queue_url(o.dlq_name(group)),
+        )
+        self._queues[group] = urls
+        return urls
+
+    async def _queue_url(self, name: str) -> str:
+        try:
+            return (await self._sqs().get_queue_url(QueueName=name))["QueueUrl"]
+        except Exception as exc:
+            raise BrokerError(f"SQS queue {name} is not reachable: {exc}") from exc
+
+    async def _ensure_queue(
+        self, group: str, topics: Sequence[str], partitions: Collection[int] | None
+    ) -> tuple[str, str]:
+        if not self.options.create:
+            return await self.queue_urls(group)
+        o = self.options
+        sqs = self._sqs()
+        fifo: dict[Any, str] = {"FifoQueue": "true"} if o.fifo else {}
+        try:
+            dlq_url = (
+                await sqs.create_queue(
+                    QueueName=o.dlq_name(group),
+                    Attributes={**fifo, "MessageRetentionPeriod": str(o.dlq_retention)},
+                )
+            )["QueueUrl"]
+            dlq_arn = await self._queue_arn(dlq_url)
+            attrs: dict[Any, str] = {
+                **fifo,
+                "VisibilityTimeout": str(o.visibility),
+                "MessageRetentionPeriod": str(o.retention),
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": self.redrive_count}
+                ),
+            }
+            if o.fifo:  # high-throughput FIFO: dedup and limits per message group
+                attrs |= {
+                    "DeduplicationScope": "messageGroup",
+                    "FifoThroughputLimit": "perMessageGroupId",
+                }
+            queue_url = (await sqs.create_queue(QueueName=o.queue_name(group), Attributes=attrs))[
+                "QueueUrl"
+            ]
+            queue_arn = await self._queue_arn(queue_url)
+            await sqs.set_queue_attributes(
+                QueueUrl=queue_url,
+                Attributes={"Policy": json.dumps(self.queue_policy(queue_arn))},
+            )
+            for topic in dict.fromkeys(topics):
+                await self._subscribe_queue(topic, queue_arn, partitions)
+        except BrokerError:
+            raise
+        except Exception as exc:
+            raise BrokerError(f"cannot set up the SQS queue of group {group!r}: {exc}") from exc
+        self._queues[group] = (queue_url, dlq_url)
+        return queue_url, dlq_url
+
+    @property
+    def redrive_count(self) -> int:
+        """The queues' ``maxReceiveCount``: a safety net above ``max_receive``. The adapter
+        dead-letters a failing message itself (recording its error); SQS's redrive moves a
+        message whose consumers never finished it, e.g. because they crashed. Messages that
+        wait behind a failing one in their group are received with it, so the net is wider."""
+        return 2 * self.options.max_receive + 1
+
+    def queue_policy(self, queue_arn: str) -> dict[str, Any]:
+        """The queue policy letting this app's SNS topics send to the queue."""
+        region, account = queue_arn.split(":")[3:5]
+        head = f"{self.options.prefix}-" if self.options.prefix else ""
+        return {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "reventless-sns",
+                    "Effect": "Allow",
+                    "Principal": {"Service": "sns.amazonaws.com"},
+                    "Action": "sqs:SendMessage",
+                    "Resource": queue_arn,
+                    "Condition": {
+                        "ArnLike": {"aws:SourceArn": f"arn:aws:sns:{region}:{account}:{head}*"}
+                    },
+                }
+            ],
+        }
+
+    async def _queue_arn(self, url: str) -> str:
+        got = await self._sqs().get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+        return got["Attributes"]["QueueArn"]
+
+    async def _subscribe_queue(
+        self, topic: str, queue_arn: str, partitions: Collection[int] | None
+    ) -> None:
+        attrs = {"RawMessageDelivery": "true"}
+        if partitions is not None and 0 < len(partitions) <= 100:
+            # Collector group members: SNS delivers only the member's partitions.
+            attrs["FilterPolicy"] = json.dumps({codec.KEY: [str(p) for p in sorted(partitions)]})
+        await self._sns().subscribe(
+            TopicArn=self.topic_arn(topic),
+            Protocol="sqs",
+            Endpoint=queue_arn,
+            Attributes=attrs,
+            ReturnSubscriptionArn=True,
+        )
+
+    # -- batch helpers (used by the receive loop) -------------------------------------------
+
+    async def _delete(self, queue_url: str, receipts: list[str]) -> None:
+        for i in range(0, len(receipts), 10):
+            chunk = receipts[i : i + 10]
+            try:
+                got = await self._sqs().delete_message_batch(
+                    QueueUrl=queue_url,
+                    Entries=[{"Id": str(n), "ReceiptHandle": r} for n, r in enumerate(chunk)],
+                )
+            except Exception as exc:  # the messages come again: consumers skip repeats
+                log.warning("DeleteMessageBatch on %s failed: %r", queue_url, exc)
+                continue
+            if got.get("Failed"):
+                log.warning("DeleteMessageBatch on %s: %s", queue_url, got["Failed"][:3])
+
+    async def _change_visibility(self, queue_url: str, receipts: list[str], seconds: int) -> None:
+        for i in range(0, len(receipts), 10):
+            chunk = receipts[i : i + 10]
+            try:
+                await self._sqs().change_message_visibility_batch(
+                    QueueUrl=queue_url,
+                    Entries=[
+                        {"Id": str(n), "ReceiptHandle": r, "VisibilityTimeout": seconds}
+                        for n, r in enumerate(chunk)
+                    ],
+                )
+            except Exception as exc:
+                raise BrokerError(f"ChangeMessageVisibilityBatch failed: {exc}") from exc
+
+    async def _to_dlq(self, dlq_url: str, items: list[tuple[dict[str, Any], str, str]]) -> None:
+        """Send (raw message, error, group) to a dead-letter queue with the error attached."""
+        for i in range(0, len(items), 10):
+            entries: list[Any] = []
+            for n, (raw, error, group) in enumerate(items[i : i + 10]):
+                attrs = {
+                    k: v
+                    for k, v in (raw.get("MessageAttributes") or {}).items()
+                    if k not in (codec.ERROR, codec.COMPONENT, codec.RECEIVES)
+                }
+                receives = str(raw.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
+                attrs[codec.ERROR] = {"DataType": "String", "StringValue": error or "-"}
+                attrs[codec.COMPONENT] = {"DataType": "String", "StringValue": group}
+                attrs[codec.RECEIVES] = {"DataType": "Number", "StringValue": receives}
+                entries.append(self._entry(str(n), raw, attrs))
+            try:
+                got = await self._sqs().send_message_batch(QueueUrl=dlq_url, Entries=entries)
+            except Exception as exc:
+                raise BrokerError(f"cannot move messages to {dlq_url}: {exc}") from exc
+            if got.get("Failed"):
+                raise BrokerError(f"the dead-letter queue refused messages: {got['Failed'][:3]}")
+
+    def _entry(self, entry_id: str, raw: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "Id": entry_id,
+            "MessageBody": raw.get("Body") or "-",
+            "MessageAttributes": attrs,
+        }
+        if self.options.fifo:
+            topic = attrs.get(codec.TOPIC, {}).get("StringValue", "")
+            key = attrs.get(codec.KEY, {}).get("StringValue", "")
+            entry["MessageGroupId"] = self.options.group_id(topic, key)
+            # A fresh id: the original's would be dropped within the deduplication interval.
+            entry["MessageDeduplicationId"] = hashlib.sha256(
+                f"{raw.get('MessageId')}:{uuid.uuid4()}".encode()
+            ).hexdigest()
+        return entry
+
+    # -- dead letters -----------------------------------------------------------------------
+
+    async def _drain(self, url: str, visibility: int) -> list[dict[str, Any]]:
+        """Receive what a queue holds (the oldest ten per message group), leaving it
+        invisible for ``visibility`` seconds."""
+        out: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for _ in range(100):
+            got = await self._sqs().receive_message(
+                QueueUrl=url,
+                MaxNumberOfMessages=10,
+                WaitTimeSeconds=0,
+                VisibilityTimeout=visibility,
+                MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
+            )
+            fresh = [as_dict(r) for r in got.get("Messages", []) if r["MessageId"] not in seen]
+            if not fresh:
+                break
+            seen.update(r["MessageId"] for r in fresh)
+            out.extend(fresh)
+        return out
+
+    async def dead_letters(self, group: str | None = None) -> list[DeadLetter]:
+        """Messages in the dead-letter queues of ``group`` (or of every group this broker
+        subscribed), with component and error, oldest first per message group. Up to ten
+        per message group are shown (an SQS FIFO queue hides the rest of a group while
+        some of it is received)."""
+        groups = [group] if group is not None else list(self._queues)
+        out: list[DeadLetter] = []
+        for g in groups:
+            try:
+                _, dlq = await self.queue_urls(g)
+            except BrokerError:
+                log.debug("group %s has no queues here: no dead letters", g)
+                continue
+            raws = await self._drain(dlq, 5)
+            if raws:
+                await self._change_visibility(dlq, [str(r["ReceiptHandle"]) for r in raws], 0)
+            out.extend(self._letter(g, r) for r in raws)
+        return out
+
+    def _letter(self, group: str, raw: dict[str, Any]) -> DeadLetter:
+        attrs = raw.get("MessageAttributes") or {}
+
+        def text(name: str) -> str:
+            return str(attrs.get(name, {}).get("StringValue", ""))
+
+        receives = int(raw.get("Attributes", {}).get("ApproximateReceiveCount", "0"))
+        headers = json.loads(text(codec.HEADERS) or "{}")
+        first, last = headers.get("rv-first", "0"), headers.get("rv-last", "")
+        return DeadLetter(
+            id=0,
+            component=text(codec.COMPONENT) or self.options.base_group(group),
+            topic=text(codec.TOPIC),
+            offset=int(first) if str(first).isdigit() else 0,
+            aggregate_id=None,
+            msg_id=text(codec.MSG_ID) or str(raw.get("MessageId")),
+            event_type=f"sqs message (offsets {first}-{last}, key {text(codec.KEY) or '-'})",
+            error=text(codec.ERROR)
+            or f"moved by SQS after {self.redrive_count} receives (no error recorded)",
+            attempts=int(text(codec.RECEIVES) or receives),
+            created_at_us=int(raw.get("Attributes", {}).get("SentTimestamp", "0")) * 1000,
+        )
+
+    async def redrive(self, group: str) -> int:
+        """Move ``group``'s dead letters back to its queue, in order per message group;
+        returns how many were moved."""
+        queue, dlq = await self.queue_urls(group)
+        moved = 0
+        while True:
+            got = await self._sqs().receive_message(
+                QueueUrl=dlq,
+                MaxNumberOfMessages=10,
+                WaitTimeSeconds=0,
+                VisibilityTimeout=max(30, self.options.visibility),
+                MessageAttributeNames=["All"],
+            )
+            raws = [as_dict(r) for r in got.get("Messages", [])]
+            if not raws:
+                return moved
+            entries: list[Any] = []
+            for n, raw in enumerate(raws):
+                attrs = {
+                    k: v
+                    for k, v in (raw.get("MessageAttributes") or {}).items()
+                    if k not in (codec.ERROR, codec.COMPONENT, codec.RECEIVES)
+                }
+                entries.append(self._entry(str(n), raw, attrs))
+            sent = await self._sqs().send_message_batch(QueueUrl=queue, Entries=entries)
+            if sent.get("Failed"):
+                raise BrokerError(f"redrive of {group!r} failed: {sent['Failed'][:3]}")
+            await self._delete(dlq, [str(r["ReceiptHandle"]) for r in raws])
+            moved += len(raws)
+            log.info("group %s: %d dead letter(s) moved back to the queue", group, moved)
+
+    # -- introspection ----------------------------------------------------------------------
+
+    async def queue_depth(self, group: str) -> tuple[int, int]:
+        """(messages in the queue, messages in its dead-letter queue), approximately."""
+        out = []
+        for url in await self.queue_urls(group):
+            got = await self._sqs().get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                ],
+            )
+            a = got["Attributes"]
+            out.append(
+                int(a.get("ApproximateNumberOfMessages", 0))
+                + int(a.get("ApproximateNumberOfMessagesNotVisible", 0))
+            )
+        return out[0], out[1]
