@@ -157,9 +157,7 @@ class Collector:
             }
             return got, deadletter.parked_sync(self.db, conn, self.name)
 
-        from ..subscribe.tables import horizons  # lazily: reventless.subscribe loads sqlglot
-
-        await self.db.write(lambda conn: horizons.create(conn, checkfirst=True))
+        await self._ensure_horizons()
         got, self.parked = await self.db.read(load)
         self.checkpoints = {(n, p): got.get((n, p), 0) for n in names for p in self.owned[n]}
         opts = self.options
@@ -174,6 +172,18 @@ class Collector:
             for part in list(self.checkpoints):
                 await self._catch_up(part)
         self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def _ensure_horizons(self) -> None:
+        """Create the retention horizons table if missing (catch-up reads check it)."""
+        from ..subscribe.tables import horizons  # lazily: reventless.subscribe loads sqlglot
+
+        try:
+            await self.db.write(lambda conn: horizons.create(conn, checkfirst=True))
+        except sa.exc.SQLAlchemyError:
+            # several processes starting at once may race to create it: one wins
+            exists = await self.db.read(lambda c: c.dialect.has_table(c, horizons.name))
+            if not exists:
+                raise
 
     async def stop(self) -> None:
         """Stop delivery and polling (the checkpoint is already durable)."""
