@@ -34,7 +34,7 @@ ANALYSIS_START = "<!-- analysis:start -->"
 ANALYSIS_END = "<!-- analysis:end -->"
 NATS_START, NATS_END = "<!-- nats:start -->", "<!-- nats:end -->"
 #: Sections other bench scripts write into BENCHMARKS.md; a rewrite keeps them.
-KEPT_BLOCKS = ("nats", "aws", "spark", "subscribe")
+KEPT_BLOCKS = ("nats", "aws", "spark", "subscribe", "collector_where")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import pyarrow as pa
 from pydantic import BaseModel
@@ -38,6 +38,9 @@ from .spec import Aggregate, Event
 from .store.database import Database, StoreOptions
 from .store.sql import SqlEventStore
 from .topic import TopicDef, TopicKind
+
+if TYPE_CHECKING:
+    from .collect.where import TopicFilter
 
 A = TypeVar("A", bound=Aggregate)
 R = TypeVar("R", bound=BaseModel)
@@ -78,6 +81,22 @@ class CollectorHandle:
     async def lag(self) -> dict[str, int]:
         """Per topic: head offset minus checkpoint."""
         return await self.collector.lag()
+
+    @property
+    def state(self) -> str:
+        """``running``, ``paused`` or ``resnapshot_required`` (a partition's checkpoint is
+        behind the retained horizon: it stopped instead of skipping deleted events)."""
+        return self.collector.state
+
+    @property
+    def resnapshot_required(self) -> dict[tuple[str, int], int]:
+        """The stopped ``(topic, partition)``s and their horizon (the last deleted offset)."""
+        return dict(self.collector.resnapshot_required)
+
+    async def accept_resnapshot(self) -> None:
+        """After rebuilding the state (or accepting the loss): move the stopped partitions'
+        checkpoints to their horizon and continue."""
+        await self.collector.accept_resnapshot()
 
     def pause(self) -> None:
         """Stop processing (deliveries wait)."""
@@ -286,6 +305,7 @@ class App:
         if self._started:
             return
         dispatches = {n: self._dispatch(c) for n, c in self._components.items()}
+        filters = self._filters(dispatches)
         self._check_order()
         await self.store.open()
         created: list[str] = []
@@ -318,6 +338,7 @@ class App:
                 "topics": {t: defs[t] for t in dispatches[name]},
                 "dispatch": dispatches[name],
                 "options": self.options.collector,
+                "filters": filters[name],
             }
             collector: Collector
             if isinstance(comp, ReadModel):
@@ -333,6 +354,19 @@ class App:
                 raise SpecError(f"unknown component kind {comp!r}")
             self._collectors[name] = collector
         await asyncio.gather(*(c.start() for c in self._collectors.values()))
+
+    def _filters(
+        self, dispatches: dict[str, dict[str, dict[str, HandlerSpec]]]
+    ) -> dict[str, dict[str, TopicFilter]]:
+        """Every component's ``where=`` compiled per topic it reads (``PredicateError``)."""
+        if all(c.where is None for c in self._components.values()):
+            return {n: {} for n in self._components}
+        from .collect.where import compile_where
+
+        return {
+            n: compile_where(c, {t: self._topics[t].definition for t in dispatches[n]})
+            for n, c in self._components.items()
+        }
 
     def _check_order(self) -> None:
         """A component that needs per-aggregate order may not run on an unordered channel
@@ -399,11 +433,14 @@ class App:
 
     async def settle(self, timeout: float = 60.0) -> None:
         """Wait until every collector has processed everything (including what mappers
-        cause in turn). Handy in tests, demos and scripts."""
+        cause in turn). Handy in tests, demos and scripts. Raises
+        ``ResnapshotRequiredError`` if a collector stopped behind the retained horizon."""
 
         names = list(self._topics)
 
         def caught_up(heads: dict[tuple[str, int], int]) -> bool:
+            for c in self._collectors.values():
+                c.check_resnapshot()  # a stopped partition would never catch up
             return all(
                 cp >= heads.get(key, 0)
                 for c in self._collectors.values()

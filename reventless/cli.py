@@ -19,6 +19,7 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +30,7 @@ from .codec import META_NAMES
 from .collect.deadletter import list_sync
 from .errors import ReventlessError
 from .store.database import Database
+from .subscribe.retention import collectors_behind_sync
 
 
 def _print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -49,7 +51,7 @@ async def _with_db(url: str, fn: Any) -> Any:
         await db.close()
 
 
-def _topics(conn: Connection) -> tuple[list[Any], list[Any]]:
+def _topics(db: Database, conn: Connection) -> tuple[list[Any], list[Any]]:
     rows = conn.exec_driver_sql(
         "SELECT name, kind, tenant, partitions, table_name FROM rv_topics ORDER BY name"
     ).all()
@@ -70,15 +72,25 @@ def _topics(conn: Connection) -> tuple[list[Any], list[Any]]:
         entry = lag.setdefault((c, t), [0, 0])
         entry[0] = max(entry[0], int(o))
         entry[1] = max(entry[1], heads.get((t, int(p)), 0) - int(o))
-    collectors = [(c, t, cp, behind) for (c, t), (cp, behind) in lag.items()]
+    stopped = {(b.component, b.topic) for b in collectors_behind_sync(db, conn, None)}
+    collectors = [
+        (c, t, cp, behind, "resnapshot_required" if (c, t) in stopped else "ok")
+        for (c, t), (cp, behind) in lag.items()
+    ]
     return list(topics), collectors
 
 
 async def cmd_topics(a: argparse.Namespace) -> int:
-    topics, collectors = await _with_db(a.store, _topics)
+    db = Database(a.store)
+    await db.open()
+    try:
+        topics, collectors = await db.read(partial(_topics, db))
+    finally:
+        await db.close()
     _print_table(["topic", "kind", "tenant", "partitions", "head", "table"], topics)
     print()
-    _print_table(["collector", "topic", "checkpoint", "lag"], collectors)
+    # state: resnapshot_required when retention deleted events past a checkpoint
+    _print_table(["collector", "topic", "checkpoint", "lag", "state"], collectors)
     return 0
 
 

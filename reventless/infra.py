@@ -24,6 +24,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from .codec import TopicSchema
 from .collect.component import ReadModel
+from .collect.where import compile_where, narrow
 from .errors import SpecError
 from .store import tables
 from .store.database import table_name
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class CollectorChannel:
     """A collector as the broker sees it: its consumer group, the topics it reads, and per
-    topic the event types it handles (``None``: every row, e.g. a schema-topic handler)."""
+    topic the event types it handles and its ``where=`` predicate allows (``None``: every
+    row, e.g. a schema-topic handler)."""
 
     group: str
     topics: dict[str, frozenset[str] | None]
@@ -68,8 +70,11 @@ def channels_of(app: App) -> Channels:
     collectors = []
     for name, comp in app._components.items():
         dispatch = app._dispatch(comp)
+        # a where= predicate that restricts the event type narrows the channel further
+        filters = compile_where(comp, {t: app.topics[t].definition for t in dispatch})
         reads: dict[str, frozenset[str] | None] = {
-            t: None if "*" in handlers else frozenset(handlers) for t, handlers in dispatch.items()
+            t: narrow(None if "*" in handlers else frozenset(handlers), filters, t)
+            for t, handlers in dispatch.items()
         }
         collectors.append(CollectorChannel(app._group(name), reads, comp.ordered))
     out = Channels(topics, collectors)

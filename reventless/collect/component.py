@@ -70,15 +70,22 @@ class Component:
     ``ordered=False`` declares that the handlers do not need per-aggregate order, so the
     component may run on an unordered broker channel (SNS/SQS standard queues); binding
     a component that needs order to such a channel is a ``SpecError`` when the App starts.
+
+    ``where`` is a SQL-style predicate over the columns of the topics it reads (``"type =
+    'OrderPlaced' AND total > 100"``): only events it holds for reach the handlers; it is
+    checked against each topic when the App builds (``PredicateError``).
     """
 
     kind: Literal["read_model", "mapper", "side_effect"]
 
-    def __init__(self, name: str, *, ordered: bool = True) -> None:
+    def __init__(self, name: str, *, ordered: bool = True, where: str | None = None) -> None:
         if not _NAME.match(name):
             raise SpecError(f"component name {name!r} must match {_NAME.pattern}")
+        if where is not None and not isinstance(where, str):
+            raise SpecError(f"{name}: where must be a predicate string, got {where!r}")
         self.name = name
         self.ordered = ordered
+        self.where = where
         self.handlers: dict[type[Event], HandlerSpec] = {}
         self.topic_handlers: dict[str, HandlerSpec] = {}
 
@@ -150,8 +157,16 @@ class ReadModel(Component, Generic[R]):
 
     kind = "read_model"
 
-    def __init__(self, name: str, *, row: type[R], key: str, ordered: bool = True) -> None:
-        super().__init__(name, ordered=ordered)
+    def __init__(
+        self,
+        name: str,
+        *,
+        row: type[R],
+        key: str,
+        ordered: bool = True,
+        where: str | None = None,
+    ) -> None:
+        super().__init__(name, ordered=ordered, where=where)
         if not (isinstance(row, type) and issubclass(row, BaseModel)):
             raise SpecError(f"{name}: row must be a pydantic model class")
         if not key or key not in row.model_fields:
@@ -187,9 +202,15 @@ class SideEffectHandler(Component):
     kind = "side_effect"
 
     def __init__(
-        self, name: str, *, max_attempts: int = 3, backoff: float = 0.05, ordered: bool = True
+        self,
+        name: str,
+        *,
+        max_attempts: int = 3,
+        backoff: float = 0.05,
+        ordered: bool = True,
+        where: str | None = None,
     ) -> None:
-        super().__init__(name, ordered=ordered)
+        super().__init__(name, ordered=ordered, where=where)
         if max_attempts < 1:
             raise SpecError(f"{name}: max_attempts must be >= 1")
         self.max_attempts = max_attempts

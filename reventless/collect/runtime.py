@@ -15,8 +15,9 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker, Message, Subscription
@@ -35,12 +36,16 @@ from .component import (
     HandlerSpec,
 )
 
+if TYPE_CHECKING:
+    from .where import TopicFilter
+
 log = logging.getLogger("reventless.collect")
 
 Failed = list[tuple[Envelope[Any], str, int]]
 Part = tuple[str, int]  # (topic, partition)
 PARTITION_AT = META_NAMES.index("_partition")
 LogResolver = Callable[[type[Aggregate] | str], EventLog[Any]]
+State = Literal["running", "paused", "resnapshot_required"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +64,19 @@ class CollectorOptions:
     member: int = 0
 
 
+@dataclass(slots=True)
+class _Run:
+    """Live rows of one topic partition covering offsets ``first..last`` (``rows``: those
+    that passed the filter) after the partition's offset ``prev`` (None: unknown)."""
+
+    topic: str
+    partition: int
+    rows: list[StoredRow]
+    first: int
+    last: int
+    prev: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class RedriveReport:
     """Outcome of a redrive: dead letters resolved and aggregates still parked."""
@@ -75,7 +93,13 @@ def _err(exc: BaseException) -> str:
 
 class Collector:
     """A running component: a named durable subscription with a checkpoint per topic
-    partition (``CollectorOptions.members``/``member`` share partitions in a group)."""
+    partition (``CollectorOptions.members``/``member`` share partitions in a group).
+
+    ``filters`` (per topic, from the component's ``where=``) are pushed down: into the
+    store reads and onto live batches before rows are built; filtered-out events still
+    move the checkpoint. A partition whose checkpoint retention overtook (events after it
+    were deleted unprocessed) stops in ``resnapshot_required`` instead of skipping them.
+    """
 
     def __init__(
         self,
@@ -86,6 +110,7 @@ class Collector:
         topics: Mapping[str, TopicDef],
         dispatch: Mapping[str, Mapping[str, HandlerSpec]],
         options: CollectorOptions | None = None,
+        filters: Mapping[str, TopicFilter] | None = None,
     ) -> None:
         self.component = component
         self.name = component.name
@@ -102,6 +127,10 @@ class Collector:
         }
         #: Last processed offset per (topic, partition).
         self.checkpoints: dict[Part, int] = {}
+        self.filters = dict(filters or {})
+        #: Partitions stopped because retention deleted events past their checkpoint,
+        #: with the retained horizon (the last deleted offset).
+        self.resnapshot_required: dict[Part, int] = {}
         self.parked: set[tuple[str, str]] = set()
         self.processed = 0
         self._lock = asyncio.Lock()
@@ -128,6 +157,7 @@ class Collector:
             }
             return got, deadletter.parked_sync(self.db, conn, self.name)
 
+        await self._ensure_horizons()
         got, self.parked = await self.db.read(load)
         self.checkpoints = {(n, p): got.get((n, p), 0) for n in names for p in self.owned[n]}
         opts = self.options
@@ -142,6 +172,18 @@ class Collector:
             for part in list(self.checkpoints):
                 await self._catch_up(part)
         self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def _ensure_horizons(self) -> None:
+        """Create the retention horizons table if missing (catch-up reads check it)."""
+        from ..subscribe.tables import horizons  # lazily: reventless.subscribe loads sqlglot
+
+        try:
+            await self.db.write(lambda conn: horizons.create(conn, checkfirst=True))
+        except sa.exc.SQLAlchemyError:
+            # several processes starting at once may race to create it: one wins
+            exists = await self.db.read(lambda c: c.dialect.has_table(c, horizons.name))
+            if not exists:
+                raise
 
     async def stop(self) -> None:
         """Stop delivery and polling (the checkpoint is already durable)."""
@@ -165,11 +207,42 @@ class Collector:
         """True while processing is paused."""
         return not self._running.is_set()
 
+    @property
+    def state(self) -> State:
+        """``resnapshot_required`` (some partition stopped), ``paused`` or ``running``."""
+        if self.resnapshot_required:
+            return "resnapshot_required"
+        return "paused" if self.paused else "running"
+
+    def check_resnapshot(self) -> None:
+        """Raise ``ResnapshotRequiredError`` if a partition is stopped behind the horizon."""
+        if not self.resnapshot_required:
+            return
+        from ..subscribe.errors import ResnapshotRequiredError
+
+        for (topic, partition), horizon in self.resnapshot_required.items():
+            cursor = self.checkpoints[topic, partition] + 1
+            raise ResnapshotRequiredError(topic, cursor, horizon, partition)
+
+    async def accept_resnapshot(self) -> None:
+        """Move the stopped partitions' checkpoints to their horizon and continue: call it
+        once the component's state was rebuilt from a snapshot (or the loss is accepted)."""
+        async with self._lock:
+            for (topic, partition), horizon in list(self.resnapshot_required.items()):
+                await self.process(topic, partition, [], horizon)
+                self.checkpoints[topic, partition] = horizon
+                del self.resnapshot_required[topic, partition]
+                await self._catch_up((topic, partition))
+
     async def _behind(self, heads: Mapping[Part, int] | None = None) -> dict[Part, int]:
         """Owned partitions whose head is past the checkpoint, with that head."""
         if heads is None:
             heads = await self.store.partition_heads(list(self.topics))
-        return {k: heads.get(k, 0) for k, cp in self.checkpoints.items() if heads.get(k, 0) > cp}
+        return {
+            k: heads.get(k, 0)
+            for k, cp in self.checkpoints.items()
+            if heads.get(k, 0) > cp and k not in self.resnapshot_required
+        }
 
     async def lag(self) -> dict[str, int]:
         """Per topic: how far (in offsets) the furthest-behind owned partition is."""
@@ -180,12 +253,15 @@ class Collector:
         return out
 
     async def wait_caught_up(self, timeout: float = 30.0) -> None:
-        """Return once every owned partition's checkpoint reaches the head seen at call time."""
+        """Return once every owned partition's checkpoint reaches the head seen at call time
+        (``ResnapshotRequiredError`` if a partition is stopped behind the retained horizon)."""
         target = await self._behind()
 
         async def wait() -> None:
             while any(self.checkpoints[k] < h for k, h in target.items()):
+                self.check_resnapshot()
                 await asyncio.sleep(0.005)
+            self.check_resnapshot()
 
         await asyncio.wait_for(wait(), timeout)
 
@@ -193,24 +269,34 @@ class Collector:
 
     async def _on_messages(self, msgs: Sequence[Message]) -> None:
         # Rows of consecutive messages of one topic partition become one batch: one
-        # transaction.
-        pending: list[tuple[str, int | None, list[StoredRow], int | None]] = []
+        # transaction. A message is one partition's run of offsets ``prev < o <= last``.
+        pending: list[_Run] = []
         for msg in msgs:
             topic = self.topics.get(msg.topic)
             if topic is None:
                 continue
-            rows = topic.schema.from_arrow_rows(decode_batch(msg.data), with_meta=True)
-            if not rows:
+            data = decode_batch(msg.data)
+            if not data.num_rows:
                 continue
+            offsets = data.column("_offset")
+            first, last = int(offsets[0].as_py()), int(offsets[-1].as_py())
+            partition = int(data.column("_partition")[0].as_py())
+            f = self.filters.get(msg.topic)
+            if f is not None:  # before rows are built: filtered-out events cost no Python
+                data = f.table(data)
+            rows = topic.schema.from_arrow_rows(data, with_meta=True) if data.num_rows else []
             prev_h = msg.headers.get("rv-prev")
             prev = int(prev_h) if prev_h and prev_h.isdigit() else None
-            last = pending[-1] if pending else None
-            if last and (last[0], last[1]) == (msg.topic, msg.partition) and prev == last[2][-1][0]:
-                last[2].extend(rows)
+            run = pending[-1] if pending else None
+            if run and (run.topic, run.partition) == (msg.topic, partition) and prev == run.last:
+                run.rows.extend(rows)
+                run.last = last
             else:
-                pending.append((msg.topic, msg.partition, rows, prev))
-        for name, _, rows, prev in pending:
-            await self.deliver(name, rows, prev=prev)
+                pending.append(_Run(msg.topic, partition, rows, first, last, prev))
+        for run in pending:
+            async with self._lock:
+                await self._running.wait()
+                await self._deliver_run(run)
 
     async def deliver(self, topic: str, rows: list[StoredRow], *, prev: int | None = None) -> None:
         """Process live rows of ``topic`` in offset order, filling gaps from the store first.
@@ -220,42 +306,79 @@ class Collector:
         by_part: dict[int, list[StoredRow]] = {}
         for r in rows:
             by_part.setdefault(r[PARTITION_AT], []).append(r)
+        f = self.filters.get(topic)
         async with self._lock:
             await self._running.wait()
             for p, part in by_part.items():
-                key = (topic, p)
-                if key not in self.checkpoints:
-                    continue  # another member's partition
-                first, cp = part[0][0], self.checkpoints[key]
-                if self.topics[topic].partitions == 1:
-                    gap = first > cp + 1  # one partition: the topic's offsets are contiguous
-                else:  # without the relay's rv-prev header, look in the store
-                    gap = prev > cp if prev is not None else first > cp + 1
-                if gap:
-                    await self._catch_up(key, upto=first - 1)
-                cp = self.checkpoints[key]
-                fresh = [r for r in part if r[0] > cp]
-                if fresh:
-                    await self._process_rows(key, fresh)
+                kept = part if f is None else f.rows(part)
+                await self._deliver_run(_Run(topic, p, kept, part[0][0], part[-1][0], prev))
+
+    async def _deliver_run(self, run: _Run) -> None:
+        key = (run.topic, run.partition)
+        if key not in self.checkpoints or key in self.resnapshot_required:
+            return  # another member's partition, or a stopped one
+        cp = self.checkpoints[key]
+        if self.topics[run.topic].partitions == 1:
+            gap = run.first > cp + 1  # one partition: the topic's offsets are contiguous
+        else:  # without the relay's rv-prev header, look in the store
+            gap = run.prev > cp if run.prev is not None else run.first > cp + 1
+        if gap:
+            await self._catch_up(key, upto=run.first - 1)
+            if key in self.resnapshot_required:
+                return
+        cp = self.checkpoints[key]
+        if run.last > cp:
+            await self._process_rows(key, [r for r in run.rows if r[0] > cp], through=run.last)
 
     async def _catch_up(self, key: Part, upto: int | None = None) -> None:
         topic, partition = key
         single = self.topics[topic].partitions == 1
-        while True:
+        f = self.filters.get(topic)
+        dialect = "sqlite" if self.db.is_sqlite else "postgresql"
+        while key not in self.resnapshot_required:
             await self._running.wait()
             cp = self.checkpoints[key]
             if upto is not None and cp >= upto:
                 return
-            rows = await self.store.read(
-                topic,
-                cp + 1,
-                self.options.page_size,
-                upto=upto,
-                partition=None if single else partition,
-            )
-            if not rows:
+            page, part = self.options.page_size, None if single else partition
+            if f is None:
+                rows = await self.store.read(topic, cp + 1, page, upto=upto, partition=part)
+                through = rows[-1][0] if rows else cp
+            else:
+                rows, through = await self.store.read_matching(
+                    topic, cp + 1, page, f.clause(dialect), upto=upto, partition=part
+                )
+            # After the read: a retention that committed before it shows here too.
+            if await self._overtaken(key, cp):
                 return
-            await self._process_rows(key, rows)
+            if through <= cp:
+                return
+            await self._process_rows(key, rows, through=through)
+
+    async def _overtaken(self, key: Part, checkpoint: int) -> bool:
+        """Whether retention deleted events after ``checkpoint`` of partition ``key``; if
+        so the partition stops in ``resnapshot_required`` (and it is logged)."""
+        from ..subscribe.tables import horizons
+
+        topic, partition = key
+        stmt = sa.select(horizons.c.horizon).where(
+            horizons.c.topic == topic, horizons.c.partition == partition
+        )
+        horizon = await self.db.read(lambda conn: conn.execute(stmt).scalar())
+        if horizon is None or int(horizon) <= checkpoint:
+            return False
+        self.resnapshot_required[key] = int(horizon)
+        log.error(
+            "collector %s: retention deleted topic %s partition %d up to offset %d, past its "
+            "checkpoint %d: the partition is stopped (resnapshot required: rebuild the "
+            "state, then accept_resnapshot())",
+            self.name,
+            topic,
+            partition,
+            int(horizon),
+            checkpoint,
+        )
+        return True
 
     async def _poll(self) -> None:
         # Woken by commits (LISTEN/NOTIFY on PostgreSQL), else every poll_interval. Live
@@ -286,7 +409,11 @@ class Collector:
             if topic.partitions == 1
         ) and all(topic.partitions == 1 for topic in self.topics.values())
 
-    async def _process_rows(self, key: Part, rows: list[StoredRow]) -> None:
+    async def _process_rows(
+        self, key: Part, rows: list[StoredRow], *, through: int | None = None
+    ) -> None:
+        """Handle ``rows`` and move the checkpoint to the last of them, or to ``through``
+        when the run went further (rows the predicate filtered out)."""
         topic, partition = key
         handlers = self.dispatch.get(topic, {})
         schema = self.topics[topic].schema
@@ -294,11 +421,16 @@ class Collector:
         # At most a page per transaction: tens of thousands of live envelopes at once
         # cost more in cyclic GC passes (~3 us/event) than decoding them does.
         step = self.options.page_size
-        for i in range(0, len(rows), step):
-            chunk = rows[i : i + step]
+        chunks = [rows[i : i + step] for i in range(0, len(rows), step)] or [[]]
+        for n, chunk in enumerate(chunks):
+            end = chunk[-1][0] if chunk else self.checkpoints[key]
+            if n == len(chunks) - 1 and through is not None:
+                end = max(end, through)
+            if end <= self.checkpoints[key]:
+                return
             envs = [envelope_of(schema, topic, r) for r in chunk if wildcard or r[5] in handlers]
-            await self.process(topic, partition, envs, chunk[-1][0])
-            self.checkpoints[key] = chunk[-1][0]
+            await self.process(topic, partition, envs, end)
+            self.checkpoints[key] = end
             self.processed += len(chunk)
 
     def handler_for(self, ev: Envelope[Any]) -> HandlerSpec:

@@ -304,6 +304,50 @@ class SqlEventStore:
         sql += f" ORDER BY _offset LIMIT {int(limit)}"
         return await self.db.read(lambda conn: _fetch(conn, sql, params))
 
+    async def read_matching(
+        self,
+        topic: str,
+        from_offset: int,
+        limit: int,
+        where: sa.ColumnElement[bool],
+        *,
+        upto: int | None = None,
+        partition: int | None = None,
+    ) -> tuple[list[StoredRow], int]:
+        """Like ``read``, only rows for which the clause ``where`` (over the topic's stored
+        columns, values as bound parameters) is true, and the offset the read covered:
+        every row of the (partition of the) topic up to it that is not returned does not
+        match (``from_offset - 1``: nothing to read yet)."""
+        entry = self._entry(topic)
+        off: sa.ColumnClause[Any] = sa.column("_offset")
+        scope = [off >= from_offset]
+        if partition is not None:
+            scope.append(sa.column("_partition") == partition)
+        if upto is not None:
+            scope.append(off <= upto)
+        table = sa.table(entry.table)
+        cols: list[sa.ColumnClause[Any]] = [sa.column(n) for n in entry.info.columns]
+
+        def work(conn: Connection) -> tuple[list[StoredRow], int]:
+            # The bound first: appends to a topic commit in offset order, so every row up
+            # to a visible offset is visible to the next statement (also under PostgreSQL's
+            # per-statement snapshots).
+            bound = conn.execute(sa.select(sa.func.max(off)).select_from(table).where(*scope))
+            last = bound.scalar()
+            if last is None:
+                return [], from_offset - 1
+            stmt = (
+                sa.select(*cols)
+                .select_from(table)
+                .where(*scope, off <= int(last), where)
+                .order_by(off)
+                .limit(int(limit))
+            )
+            rows = [tuple(r) for r in conn.execute(stmt)]
+            return rows, (rows[-1][0] if len(rows) >= limit else int(last))
+
+        return await self.db.read(work)
+
     def stream(
         self, topic: str, from_offset: int, page_size: int, *, upto: int | None = None
     ) -> AsyncIterator[list[StoredRow]]:

@@ -318,7 +318,7 @@ class BrokerFilter:
             return [f"rv.{topic}.*"]
         return [f"rv.{topic}.{p}" for p in sorted(self.partitions)]
 
-    def sns_filter_policy(self, attribute: str = "rv-type") -> dict[str, list[str]] | None:
+    def sns_filter_policy(self, attribute: str = "rv-types") -> dict[str, list[str]] | None:
         """An SNS subscription filter policy on the message attribute holding the event
         type (None when the predicate does not restrict the type)."""
         if self.event_types is None:

@@ -79,7 +79,7 @@ def test_broker_filter_derives_types_and_partitions() -> None:
     assert bf.event_types == {"A", "B"}
     assert bf.partitions == {1, 3}
     assert bf.nats_subjects("orders") == ["rv.orders.1", "rv.orders.3"]
-    assert bf.sns_filter_policy() == {"rv-type": ["A", "B"]}
+    assert bf.sns_filter_policy() == {"rv-types": ["A", "B"]}
     loose = Predicate.parse("type = 'A' OR qty > 1", SCHEMA).broker_filter()
     assert loose.event_types is None and loose.sns_filter_policy() is None
     assert loose.nats_subjects("orders") == ["rv.orders.*"]
