@@ -162,16 +162,37 @@ class Collector:
         self.checkpoints = {(n, p): got.get((n, p), 0) for n in names for p in self.owned[n]}
         opts = self.options
         grouped = opts.members > 1
+        extra: dict[str, Any] = {}
+        if getattr(self.broker, "filters_types", False):
+            # The broker can drop messages of no wanted event type itself (SNS filter
+            # policies); what it still delivers is filtered here as always.
+            extra["types"] = self.wanted_types()
         self._sub = await self.broker.subscribe(
             f"{self.name}.m{opts.member}of{opts.members}" if grouped else self.name,
             names,
             self._on_messages,
             partitions=sorted({p for ps in self.owned.values() for p in ps}) if grouped else None,
+            **extra,
         )
         async with self._lock:
             for part in list(self.checkpoints):
                 await self._catch_up(part)
         self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    def wanted_types(self) -> dict[str, frozenset[str]]:
+        """Per topic, the event types this collector needs when that is fewer than all
+        of the topic's types (its handlers', narrowed by its ``where=``); topics it
+        needs whole (or schema topics) are left out."""
+        from .where import narrow
+
+        out = {}
+        for name, handlers in self.dispatch.items():
+            every = frozenset(self.topics[name].schema.event_types)
+            handled = None if "*" in handlers else frozenset(handlers)
+            types = narrow(handled, self.filters, name)
+            if types is not None and every and types < every:
+                out[name] = types
+        return out
 
     async def _ensure_horizons(self) -> None:
         """Create the retention horizons table if missing (catch-up reads check it)."""

@@ -6,6 +6,7 @@ order, and broker dead letters in the framework's listing (App and CLI).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 
@@ -169,3 +170,60 @@ async def test_the_broker_counts_its_api_calls(tmp_path: Path, moto_server: Moto
     # PublishBatch takes ten: far fewer calls than events.
     assert spent["PublishBatch"] <= 500 * 0.1
     assert spent.get("Publish", 0) == spent.get("SendMessage", 0) == 0
+
+
+class Opened(rv.Event):
+    n: int
+
+
+class Closed(rv.Event):
+    n: int
+
+
+class Toggle(rv.Command):
+    n: int
+
+
+class Door(rv.Aggregate):
+    events = Opened | Closed
+    open: bool = False
+
+    @rv.handles(Toggle)
+    def toggle(self, cmd: Toggle) -> Opened | Closed:
+        return Closed(n=cmd.n) if self.open else Opened(n=cmd.n)
+
+    @rv.applies(Opened)
+    def _opened(self, e: Opened) -> None:
+        self.open = True
+
+    @rv.applies(Closed)
+    def _closed(self, e: Closed) -> None:
+        self.open = False
+
+
+async def test_sns_drops_what_a_collector_does_not_handle(
+    tmp_path: Path, moto_server: MotoServer
+) -> None:
+    seen: list[int] = []
+    closes = rv.SideEffectHandler("closes", where="n >= 10")
+
+    @closes.on(Closed)
+    def _close(ev: rv.Envelope[Closed]) -> None:
+        seen.append(ev.event.n)
+
+    app = rv.App(f"sqlite:///{tmp_path / 'd.db'}", aws_url(moto_server), options=options())
+    log = app.event_log(Door)
+    app.collect(closes)
+    async with app:
+        broker = app.broker
+        sns = broker._sns()  # type: ignore[attr-defined]
+        subs = await sns.list_subscriptions_by_topic(TopicArn=broker.topic_arn("Door"))  # type: ignore[attr-defined]
+        arns = [s["SubscriptionArn"] for s in subs["Subscriptions"]]
+        assert len(arns) == 1
+        attrs = (await sns.get_subscription_attributes(SubscriptionArn=arns[0]))["Attributes"]
+        # The handler's one type (the predicate does not constrain the type further).
+        assert json.loads(attrs["FilterPolicy"]) == {"rv-types": ["Closed"]}
+        for i in range(20):
+            await log.execute("d-1", Toggle(n=i))
+        await app.settle(timeout=30)
+    assert seen == [11, 13, 15, 17, 19]  # every Closed with n >= 10, once, in order

@@ -22,7 +22,7 @@ import json
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +74,9 @@ class SnsSqsBroker:
     #: The relay splits its batches so that each message's payload fits this (base64 and
     #: attributes included, a message stays under SNS's 256 KiB).
     max_message_bytes = MAX_PAYLOAD_BYTES
+    #: ``subscribe`` takes ``types=``: collectors pass the event types they need, and SNS
+    #: filter policies drop the messages holding none of them.
+    filters_types = True
 
     def __init__(self, options: SnsSqsOptions | None = None) -> None:
         self.options = options or SnsSqsOptions()
@@ -329,15 +332,20 @@ class SnsSqsBroker:
         handler: Handler,
         *,
         partitions: Collection[int] | None = None,
+        types: Mapping[str, Collection[str]] | None = None,
     ) -> SnsSqsSubscription:
         """Join ``group`` on ``topics``: the group's queue (created with its DLQ and
         subscribed to the topics, unless ``create=false``) and one receive loop per process,
-        shared by this process's members (split by ``crc32(key)``)."""
+        shared by this process's members (split by ``crc32(key)``).
+
+        ``types`` (per topic, the event types the group needs, when fewer than all) become
+        a filter policy on the ``rv-types`` attribute of the subscription, so SNS drops
+        messages that hold none of them; ``partitions`` one on the partition key."""
         self._sqs()
         async with self._subscribe_lock:
             for topic in dict.fromkeys(topics):
                 await self.declare(topic)
-            queue_url, dlq_url = await self._ensure_queue(group, topics, partitions)
+            queue_url, dlq_url = await self._ensure_queue(group, topics, partitions, types)
             stopping = self._stopping.pop(group, None)
             if stopping is not None:  # one receive loop per queue and process at a time
                 await asyncio.gather(stopping, return_exceptions=True)
@@ -379,7 +387,11 @@ class SnsSqsBroker:
             raise BrokerError(f"SQS queue {name} is not reachable: {exc}") from exc
 
     async def _ensure_queue(
-        self, group: str, topics: Sequence[str], partitions: Collection[int] | None
+        self,
+        group: str,
+        topics: Sequence[str],
+        partitions: Collection[int] | None,
+        types: Mapping[str, Collection[str]] | None = None,
     ) -> tuple[str, str]:
         if not self.options.create:
             return await self.queue_urls(group)
@@ -416,7 +428,8 @@ class SnsSqsBroker:
                 Attributes={"Policy": json.dumps(self.queue_policy(queue_arn))},
             )
             for topic in dict.fromkeys(topics):
-                await self._subscribe_queue(topic, queue_arn, partitions)
+                wanted = (types or {}).get(topic)
+                await self._subscribe_queue(topic, queue_arn, partitions, wanted)
         except BrokerError:
             raise
         except Exception as exc:
@@ -457,12 +470,22 @@ class SnsSqsBroker:
         return got["Attributes"]["QueueArn"]
 
     async def _subscribe_queue(
-        self, topic: str, queue_arn: str, partitions: Collection[int] | None
+        self,
+        topic: str,
+        queue_arn: str,
+        partitions: Collection[int] | None,
+        types: Collection[str] | None = None,
     ) -> None:
         attrs = {"RawMessageDelivery": "true"}
+        policy: dict[str, list[str]] = {}
         if partitions is not None and 0 < len(partitions) <= 100:
             # Collector group members: SNS delivers only the member's partitions.
-            attrs["FilterPolicy"] = json.dumps({codec.KEY: [str(p) for p in sorted(partitions)]})
+            policy[codec.KEY] = [str(p) for p in sorted(partitions)]
+        if types and len(types) <= 100:
+            # Only messages holding at least one wanted event type (a String.Array).
+            policy[codec.TYPES] = sorted(types)
+        if policy:
+            attrs["FilterPolicy"] = json.dumps(policy)
         await self._sns().subscribe(
             TopicArn=self.topic_arn(topic),
             Protocol="sqs",
