@@ -11,8 +11,9 @@ store poll that covers broker outages. The kinds of collectors are in ``kinds.py
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -159,6 +160,13 @@ class Collector:
     def resume(self) -> None:
         """Continue processing after ``pause``."""
         self._running.set()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Hold deliveries and catch-ups (they wait) while the caller changes this
+        collector's table or checkpoints, e.g. a Spark rebuild swapping its table in."""
+        async with self._lock:
+            yield
 
     @property
     def paused(self) -> bool:
