@@ -161,6 +161,16 @@ class Collector:
         """Continue processing after ``pause``."""
         self._running.set()
 
+    async def _wait_running(self) -> None:
+        """Wait while paused (called holding the lock, which a paused collector lets go
+        of, so ``exclusive`` can get in; checkpoints are read again afterwards)."""
+        while not self._running.is_set():
+            self._lock.release()
+            try:
+                await self._running.wait()
+            finally:
+                await self._lock.acquire()
+
     @contextlib.asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:
         """Hold deliveries and catch-ups (they wait) while the caller changes this
@@ -229,7 +239,7 @@ class Collector:
         for r in rows:
             by_part.setdefault(r[PARTITION_AT], []).append(r)
         async with self._lock:
-            await self._running.wait()
+            await self._wait_running()
             for p, part in by_part.items():
                 key = (topic, p)
                 if key not in self.checkpoints:
@@ -250,7 +260,7 @@ class Collector:
         topic, partition = key
         single = self.topics[topic].partitions == 1
         while True:
-            await self._running.wait()
+            await self._wait_running()
             cp = self.checkpoints[key]
             if upto is not None and cp >= upto:
                 return
