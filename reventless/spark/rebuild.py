@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..collect.component import Component, ReadModel, _default_key
 from ..collect.runtime import Collector
+from ..collect.upserts import KEY_COLUMN
 from ..errors import SpecError, StoreError
 from ..eventlog import EventLog, Topic
 from ..spec import Event
@@ -47,9 +48,6 @@ if TYPE_CHECKING:
 Part = tuple[str, int]
 AsOf = int | datetime | Mapping[str, int]
 Progress = Callable[[str], None]
-#: Attribute a key function may carry to say "my key is this event column" (Spark groups
-#: by the column instead of calling the function in Python).
-KEY_COLUMN = "__rv_key_column__"
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,11 +296,12 @@ async def rebuild(
             await log_frame(spark, store, store.topic(n), upto=upto[n], source=source, workdir=work)
             for n in names
         ]
-        counter = spark.sparkContext.accumulator(0)
         if compiled is not None:
-            rows_df = compiled(frames, counter)
+            rows_df, handled = compiled(frames)
         else:
+            counter = spark.sparkContext.accumulator(0)
             rows_df = _fold(spark, model, plans, _events(frames, plans), counter)
+            handled = lambda: int(counter.value)  # noqa: E731
         stage = work / "staging" / f"{table_name('rm_', model.name)}-{uuid.uuid4().hex[:8]}"
         say("folding events with " + ("compiled column upserts" if compiled else "the handlers"))
         try:
@@ -313,7 +312,7 @@ async def rebuild(
         try:
             say("loading rows into a new table version")
             rows = await load_version(store.db, model, version, staged_rows(stage))
-            applied = int(counter.value)
+            applied = handled()
             if as_of is not None:
                 target = f"{table_name('rm_', model.name)[:40]}__asof_{max(upto.values())}"
                 await store.db.write(lambda conn: replace_sync(conn, store.db, version, target))
