@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml adapters/nats/pyproject.toml adapters/aws/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]' -e adapters/nats
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]' -e adapters/nats
 	$(BIN)/python -m pip install --quiet -e '.[aws]' -e 'adapters/aws[typing]'
 	rm -f $(VENV)/.installed-* && touch $@
 
@@ -29,7 +29,11 @@ lint: $(STAMP)
 services:
 	bash infra/local/postgres.sh
 	bash infra/local/nats.sh
+	bash infra/local/java.sh
 
+# Spark (the `spark` tests): loopback only, few shuffle partitions on this small machine.
+test: export SPARK_LOCAL_IP ?= 127.0.0.1
+test: export REVENTLESS_SPARK_PARTITIONS ?= 2
 test: lint services
 	$(BIN)/pytest $(PYTEST_ARGS)
 

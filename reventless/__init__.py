@@ -38,6 +38,7 @@ from .collect import (
     SideEffectHandler,
     Upsert,
 )
+from .collect.upserts import ColumnUpserts
 from .errors import (
     AggregateNotFoundError,
     BrokerError,
@@ -106,3 +107,13 @@ __all__ = [
     "upcasts",
     "uuid7",
 ]
+__all__ += ["ColumnUpserts"]
+
+
+def __getattr__(name: str) -> object:
+    # ``rv.spark`` imports PySpark only when it is used (the extra "spark").
+    if name == "spark":
+        import importlib
+
+        return importlib.import_module(".spark", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,6 +8,7 @@ Example::
     reventless dead-letters --store sqlite:///shop.db
     reventless redrive order_confirmations --app examples.shop.cli:app
     reventless serve --store sqlite:///shop.db --tokens-file tokens.json --port 8000
+    reventless rebuild examples.shop.stats:customer_orders --app my.module:app --master local[2]
 """
 
 from __future__ import annotations
@@ -258,6 +259,37 @@ async def cmd_serve(a: argparse.Namespace) -> int:
     return 0
 
 
+def _load(path: str, what: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    if not attr:
+        raise ReventlessError(f"{what} must be given as module:attribute, got {path!r}")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+async def cmd_rebuild(a: argparse.Namespace) -> int:
+    """Rebuild a read model with Spark (needs the extra ``spark``)."""
+    from .spark import rebuild
+
+    model = _load(a.read_model, "the read model")
+    obj = _load(a.app, "--app")
+    app = obj(**({"store": a.store} if a.store else {})) if callable(obj) else obj
+    report = await rebuild(
+        model,
+        app,
+        master=a.master,
+        as_of=a.as_of,
+        source=a.source,
+        workdir=a.workdir,
+        progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True),
+    )
+    print(
+        f"rebuilt {report.model} ({report.path}): events read {report.events_read}, "
+        f"events applied {report.events_applied}, rows written {report.rows}, "
+        f"seconds {report.seconds:.1f}, table {report.table}"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``reventless`` console script."""
     p = argparse.ArgumentParser(prog="reventless", description="Inspect reventless stores.")
@@ -299,6 +331,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     syn.add_argument("--aws-url", default="sns+sqs://us-east-1", help="names ('none': skip)")
     syn.add_argument("--nats-url", default="nats://127.0.0.1:4222", help="names ('none': skip)")
     syn.add_argument("--dialect", default="sqlite,postgresql", help="SQL dialects of the DDL")
+    b = sub.add_parser("rebuild", help="rebuild a read model from the log with Spark")
+    b.add_argument("read_model", help="module:attribute of the ReadModel")
+    b.add_argument("--app", required=True, help="module:attribute of an App or App factory")
+    b.add_argument("--store", default=None, help="store URL passed to an App factory")
+    b.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    b.add_argument("--as-of", dest="as_of", type=int, default=None, help="state at this offset")
+    b.add_argument("--source", default="auto", choices=["auto", "parquet", "jdbc"])
+    b.add_argument("--workdir", default=None, help="segments and staging files")
     a = p.parse_args(argv)
     handlers = {
         "serve": cmd_serve,
@@ -308,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "export": cmd_export,
         "dead-letters": cmd_dead_letters,
         "redrive": cmd_redrive,
+        "rebuild": cmd_rebuild,
     }
     try:
         return asyncio.run(handlers[a.cmd](a))

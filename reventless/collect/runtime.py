@@ -11,8 +11,9 @@ store poll that covers broker outages. The kinds of collectors are in ``kinds.py
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
@@ -223,6 +224,23 @@ class Collector:
         """Continue processing after ``pause``."""
         self._running.set()
 
+    async def _wait_running(self) -> None:
+        """Wait while paused (called holding the lock, which a paused collector lets go
+        of, so ``exclusive`` can get in; checkpoints are read again afterwards)."""
+        while not self._running.is_set():
+            self._lock.release()
+            try:
+                await self._running.wait()
+            finally:
+                await self._lock.acquire()
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Hold deliveries and catch-ups (they wait) while the caller changes this
+        collector's table or checkpoints, e.g. a Spark rebuild swapping its table in."""
+        async with self._lock:
+            yield
+
     @property
     def paused(self) -> bool:
         """True while processing is paused."""
@@ -316,7 +334,7 @@ class Collector:
                 pending.append(_Run(msg.topic, partition, rows, first, last, prev))
         for run in pending:
             async with self._lock:
-                await self._running.wait()
+                await self._wait_running()
                 await self._deliver_run(run)
 
     async def deliver(self, topic: str, rows: list[StoredRow], *, prev: int | None = None) -> None:
@@ -329,7 +347,7 @@ class Collector:
             by_part.setdefault(r[PARTITION_AT], []).append(r)
         f = self.filters.get(topic)
         async with self._lock:
-            await self._running.wait()
+            await self._wait_running()
             for p, part in by_part.items():
                 kept = part if f is None else f.rows(part)
                 await self._deliver_run(_Run(topic, p, kept, part[0][0], part[-1][0], prev))
@@ -357,7 +375,7 @@ class Collector:
         f = self.filters.get(topic)
         dialect = "sqlite" if self.db.is_sqlite else "postgresql"
         while key not in self.resnapshot_required:
-            await self._running.wait()
+            await self._wait_running()
             cp = self.checkpoints[key]
             if upto is not None and cp >= upto:
                 return

@@ -32,11 +32,13 @@ class ReadModelTable(Generic[R]):
         movers = await view.find(address="1 Main St")
     """
 
-    def __init__(self, model: ReadModel[R], db: Database) -> None:
+    def __init__(self, model: ReadModel[R], db: Database, *, table: str | None = None) -> None:
+        """``table`` names another version of the table (Spark rebuilds write a new
+        version and swap it in); default ``rm_<name>``."""
         self.model = model
         self.db = db
         self.schema = TopicSchema.from_model(model.name, model.row)
-        self.table = table_name("rm_", model.name)
+        self.table = table or table_name("rm_", model.name)
         self.columns = [c.name for c in self.schema.columns]
         self.key_index = self.columns.index(model.key)
         self._encode = self.schema.encoder(model.row.__name__)

@@ -1,0 +1,44 @@
+"""Spark projections: the log as DataFrames, read models rebuilt with their own handlers.
+
+Install the extra (``pip install 'reventless[spark]'``; Java 17 is needed at run time).
+The core never imports this package; ``rv.spark`` imports it on first use.
+
+Example::
+
+    async with app:
+        report = await rv.spark.rebuild(directory, app)            # local[*]
+        df = await rv.spark.read_log(customers)                     # the log, typed
+"""
+
+from __future__ import annotations
+
+try:
+    import pyspark  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "reventless.spark needs PySpark: pip install 'reventless[spark]' (and Java 17)"
+    ) from exc
+
+from .arrow import from_spark, spark_schema, to_spark
+from .fold import RebuildError
+from .rebuild import RebuildReport, plan, rebuild
+from .segments import SegmentExport, export_segments
+from .session import default_master, jdbc_jar, session
+from .source import Source, read_log
+
+__all__ = [
+    "RebuildError",
+    "RebuildReport",
+    "SegmentExport",
+    "Source",
+    "default_master",
+    "export_segments",
+    "from_spark",
+    "jdbc_jar",
+    "plan",
+    "read_log",
+    "rebuild",
+    "session",
+    "spark_schema",
+    "to_spark",
+]

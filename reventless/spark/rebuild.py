@@ -1,0 +1,374 @@
+"""Rebuilding a read model from the log with Spark, and handing it to the live collector.
+
+Example::
+
+    async with app:
+        report = await rv.spark.rebuild(directory, app)             # local[*]
+        print(report.events_read, report.rows, report.seconds)
+        snap = await rv.spark.rebuild(directory, app, as_of=1000)     # state at offset 1000
+        print(snap.table)                         # rm_customer_directory__asof_1000
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..collect.component import Component, ReadModel, _default_key
+from ..collect.runtime import Collector
+from ..collect.upserts import KEY_COLUMN
+from ..errors import SpecError, StoreError
+from ..eventlog import EventLog, Topic
+from ..spec import Event
+from ..store.database import table_name
+from ..store.sql import SqlEventStore
+from .fold import RebuildError, TopicPlan, fold_partition, output_schema, recipe_of, schema_of
+from .source import Source, default_workdir, log_frame
+from .swap import (
+    drop_table,
+    load_version,
+    replace_sync,
+    staged_rows,
+    swap_sync,
+    version_name,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from ..app import App
+
+Part = tuple[str, int]
+AsOf = int | datetime | Mapping[str, int]
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildReport:
+    """What a rebuild did.
+
+    ``events_read``: log offsets the rebuild covered; ``events_applied``: events handed to
+    handlers (including those applied at hand-off); ``rows``: rows in the new table;
+    ``checkpoints``: the collector's checkpoints after the hand-off (empty for as-of
+    snapshots); ``table``: where the rows are; ``path``: ``python`` (the decorated
+    handlers in executors) or ``vectorised`` (compiled column upserts)."""
+
+    model: str
+    path: Literal["python", "vectorised"]
+    events_read: int
+    events_applied: int
+    rows: int
+    seconds: float
+    upto: dict[str, int]
+    table: str
+    checkpoints: dict[Part, int] = field(default_factory=dict)
+
+
+def plan(model: Component, app: App) -> list[TopicPlan]:
+    """Check ``model`` can be rebuilt in ``app`` and plan its topics (no I/O).
+
+    Raises ``SpecError`` for anything but a keyed ReadModel with handlers for topics of
+    ``app``; the topics come in the order the live collector catches them up in."""
+    if not isinstance(model, ReadModel):
+        raise SpecError(f"{model.name}: only ReadModels can be rebuilt (a keyed table)")
+    key = getattr(model, "key", None)
+    if not key or key not in model.row.model_fields:
+        raise SpecError(f"{model.name}: a read model needs a key that is a field of its row")
+    owner: dict[type[Event], Topic] = {}
+    for t in app.topics.values():
+        if isinstance(t, EventLog):
+            for ev in t.spec.event_classes:
+                owner[ev] = t
+    order: dict[str, dict[str, Any]] = {}
+    for ev, spec in model.handlers.items():
+        topic = owner.get(ev)
+        if topic is None:
+            raise SpecError(
+                f"{model.name}: handles {ev.__name__}, but no EventLog of the app has it"
+            )
+        order.setdefault(topic.name, {})[ev.event_type] = spec
+    for name, spec in model.topic_handlers.items():
+        if name not in app.topics:
+            raise SpecError(f"{model.name}: handles unknown topic {name!r}")
+        order.setdefault(name, {})["*"] = spec
+    if not order:
+        raise SpecError(f"{model.name}: has no handlers")
+    plans = []
+    for name, handlers in order.items():
+        topic = app.topics[name]
+        spec_cls = topic.spec if isinstance(topic, EventLog) else None
+        plans.append(TopicPlan(name, recipe_of(name, topic.schema, spec_cls), handlers))
+    return plans
+
+
+def _key_column(plan: TopicPlan) -> Column | None:
+    """The group key as a Spark expression, or None when a key function must run."""
+    from pyspark.sql import functions as F
+
+    cases: list[tuple[list[str], str]] = []
+    for etype, spec in plan.handlers.items():
+        if spec.key is _default_key:
+            col = "_aggregate_id"
+        else:
+            named = getattr(spec.key, KEY_COLUMN, None)
+            if named is None:
+                return None
+            col = str(named)
+        for types, c in cases:
+            if c == col:
+                types.append(etype)
+                break
+        else:
+            cases.append(([etype], col))
+    if len(cases) == 1 or "*" in plan.handlers:
+        return F.col(cases[0][1]).cast("string")
+    expr = F.when(F.col("_type").isin(cases[0][0]), F.col(cases[0][1]).cast("string"))
+    for types, col in cases[1:]:
+        expr = expr.when(F.col("_type").isin(types), F.col(col).cast("string"))
+    return expr
+
+
+def _python_keys(df: DataFrame, plan: TopicPlan) -> DataFrame:
+    """Add ``_gkey`` by running the handlers' key functions (decoded envelopes)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    from .arrow import from_spark
+    from .fold import decode
+
+    arrow_in = to_arrow_schema(df.schema)
+    arrow_out = arrow_in.append(pa.field("_gkey", pa.string()))
+    recipe, name, handler = plan.recipe, plan.name, plan.handler
+
+    def run(batches: Iterable[Any]) -> Iterable[Any]:
+        schema = schema_of(recipe)
+        for batch in batches:
+            rows = schema.from_arrow_rows(from_spark(batch, schema.arrow_schema), with_meta=True)
+            keys = []
+            for row in rows:
+                spec = handler(row[5])
+                k = None if spec is None else spec.key(decode(schema, name, row))
+                keys.append(None if k is None else str(k))
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, pa.array(keys, pa.string())], schema=arrow_out
+            )
+
+    return df.mapInArrow(run, from_arrow_schema(arrow_out))
+
+
+def _events(frames: list[DataFrame], plans: list[TopicPlan]) -> DataFrame:
+    """One frame of every handled event: ``_gkey``, ``_tidx``, ``_off``, ``t<i>`` structs."""
+    from pyspark.sql import functions as F
+
+    shaped = []
+    structs = [f.schema for f in frames]
+    for i, (df, p) in enumerate(zip(frames, plans, strict=True)):
+        schema = schema_of(p.recipe)
+        if "*" not in p.handlers:
+            known = list(schema.event_types)
+            cond = F.col("_type").isin(list(p.handlers))
+            if known:  # unknown types pass on: the fold stops on them, naming them
+                cond = cond | ~F.col("_type").isin(known)
+            df = df.where(cond)
+        key = _key_column(p)
+        if key is None:
+            df = _python_keys(df, p)
+            key = F.col("_gkey")
+        cols = [F.col(c) for c in structs[i].fieldNames()]
+        parts = [key.alias("_gkey"), F.lit(i).alias("_tidx"), F.col("_offset").alias("_off")]
+        for j, st in enumerate(structs):
+            parts.append(
+                F.struct(*cols).alias(f"t{j}") if j == i else F.lit(None).cast(st).alias(f"t{j}")
+            )
+        shaped.append(df.select(*parts))
+    out = shaped[0]
+    for other in shaped[1:]:
+        out = out.unionByName(other)
+    return out
+
+
+def _fold(
+    spark: SparkSession,
+    model: ReadModel[Any],
+    plans: list[TopicPlan],
+    events: DataFrame,
+    counter: Any,
+) -> DataFrame:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    n = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+    ordered = events.repartition(n, "_gkey").sortWithinPartitions("_gkey", "_tidx", "_off")
+    return ordered.mapInArrow(
+        fold_partition(model, plans, counter), from_arrow_schema(output_schema(model))
+    )
+
+
+def _spark_error(exc: BaseException) -> BaseException:
+    found = RebuildError.from_text(str(exc))
+    return found if found is not None else exc
+
+
+async def _resolve_as_of(store: SqlEventStore, names: list[str], as_of: AsOf) -> dict[str, int]:
+    heads = {n: await store.head(n) for n in names}
+    if isinstance(as_of, Mapping):
+        return {n: min(int(as_of.get(n, heads[n])), heads[n]) for n in names}
+    if isinstance(as_of, int):
+        return {n: min(as_of, heads[n]) for n in names}
+    micros = int(as_of.timestamp() * 1_000_000)
+    db = store.db
+    out = {}
+    for n in names:
+        sql = f"SELECT MAX(_offset) FROM {db.q(store.table_of(n))} WHERE _produced_at <= {db.mark}"
+        out[n] = int(await db.read(lambda c, s=sql: c.exec_driver_sql(s, (micros,)).scalar() or 0))  # type: ignore[misc]
+    return out
+
+
+async def _open_store(app: App, names: list[str]) -> tuple[SqlEventStore, bool]:
+    """The app's store if it runs, else the store opened here (topics checked, no relay
+    or collectors started: safe next to a running application)."""
+    topic = app.topics[names[0]]
+    try:
+        return topic.store, False
+    except StoreError:
+        pass
+    store = app.store
+    await store.open()
+    for t in app.topics.values():
+        await store.register(t.definition)
+    return store, True
+
+
+def _running(app: App, name: str) -> Collector | None:
+    try:
+        return app.collector(name)
+    except SpecError:
+        return None
+
+
+async def rebuild(
+    model: ReadModel[Any],
+    app: App,
+    *,
+    spark: SparkSession | None = None,
+    master: str | None = None,
+    source: Source = "auto",
+    as_of: AsOf | None = None,
+    workdir: str | Path | None = None,
+    fast: bool | None = None,
+    progress: Progress | None = None,
+) -> RebuildReport:
+    """Rebuild ``model`` from ``app``'s log with Spark and swap the result in.
+
+    Runs the read model's own decorated handlers in Spark executors (or, with ``fast``,
+    its compiled column upserts; ``None``: whenever it can), writes the rows into a new
+    table version, swaps it in atomically and sets the checkpoints so the live collector
+    (running in this App, or started later) continues exactly after the rebuild.
+
+    ``as_of`` (an offset, a per-topic mapping of offsets, or a datetime) builds the state
+    at that point into ``rm_<name>__asof_<offset>`` instead and leaves the live table
+    and checkpoints alone. ``app`` need not be running: the store is then opened here.
+    """
+    from .session import session
+    from .vector import compile_upserts
+
+    say = progress or (lambda _msg: None)
+    started = time.perf_counter()
+    plans = plan(model, app)
+    names = [p.name for p in plans]
+    compiled = compile_upserts(model, plans) if fast is not False else None
+    if fast and compiled is None:
+        raise SpecError(f"{model.name}: fast=True needs handlers declared with rv.ColumnUpserts")
+    store, owned = await _open_store(app, names)
+    try:
+        spark = spark or session(master)
+        work = Path(workdir) if workdir is not None else default_workdir()
+        upto = await _resolve_as_of(store, names, as_of if as_of is not None else {})
+        where = spark.sparkContext.master
+        say(f"reading {sum(upto.values())} events of {', '.join(names)} on {where}")
+        frames = [
+            await log_frame(spark, store, store.topic(n), upto=upto[n], source=source, workdir=work)
+            for n in names
+        ]
+        if compiled is not None:
+            rows_df, handled = compiled(frames)
+        else:
+            counter = spark.sparkContext.accumulator(0)
+            rows_df = _fold(spark, model, plans, _events(frames, plans), counter)
+            handled = lambda: int(counter.value)  # noqa: E731
+        stage = work / "staging" / f"{table_name('rm_', model.name)}-{uuid.uuid4().hex[:8]}"
+        say("folding events with " + ("compiled column upserts" if compiled else "the handlers"))
+        try:
+            await asyncio.to_thread(lambda: rows_df.write.mode("overwrite").parquet(str(stage)))
+        except Exception as exc:
+            raise _spark_error(exc) from None
+        version = version_name(model)
+        try:
+            say("loading rows into a new table version")
+            rows = await load_version(store.db, model, version, staged_rows(stage))
+            applied = handled()
+            if as_of is not None:
+                target = f"{table_name('rm_', model.name)[:40]}__asof_{max(upto.values())}"
+                await store.db.write(lambda conn: replace_sync(conn, store.db, version, target))
+                return RebuildReport(
+                    model.name,
+                    "vectorised" if compiled else "python",
+                    sum(upto.values()),
+                    applied,
+                    rows,
+                    time.perf_counter() - started,
+                    upto,
+                    target,
+                )
+            say("swapping the new version in")
+            final, extra = await _swap(store, app, model, plans, version, upto)
+        except BaseException:
+            await drop_table(store.db, version)
+            raise
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        return RebuildReport(
+            model.name,
+            "vectorised" if compiled else "python",
+            sum(upto.values()),
+            applied + extra,
+            rows + 0,
+            time.perf_counter() - started,
+            upto,
+            table_name("rm_", model.name),
+            final,
+        )
+    finally:
+        if owned:
+            await store.close()
+
+
+async def _swap(
+    store: SqlEventStore,
+    app: App,
+    model: ReadModel[Any],
+    plans: list[TopicPlan],
+    version: str,
+    upto: dict[str, int],
+) -> tuple[dict[Part, int], int]:
+    names = list(upto)
+    heads = await store.partition_heads(names, upto=upto)
+    collector = _running(app, model.name)
+
+    def work(conn: Any) -> tuple[dict[Part, int], int]:
+        return swap_sync(store, conn, model, version, plans, heads)
+
+    if collector is None:
+        return await store.db.write(work)
+    async with collector.exclusive():
+        final, extra = await store.db.write(work)
+        for part, offset in final.items():
+            if part in collector.checkpoints:
+                collector.checkpoints[part] = offset
+    return final, extra

@@ -1,0 +1,102 @@
+"""A topic's log as a Spark DataFrame: from Parquet segments or from PostgreSQL (JDBC).
+
+Example::
+
+    spark = rv.spark.session()
+    df = await rv.spark.read_log(customers, spark=spark)    # after `async with app`
+    df.createOrReplaceTempView("customers")
+    spark.sql("SELECT _type, count(*) AS n FROM customers GROUP BY _type").show()
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from ..errors import SpecError
+from ..eventlog import Topic
+from ..store.sql import SqlEventStore
+from ..topic import TopicDef
+from .arrow import spark_schema
+from .jdbc import read_jdbc
+from .segments import export_segments
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+Source = Literal["auto", "parquet", "jdbc"]
+
+
+def default_workdir() -> Path:
+    """Where segments and staging files go: ``REVENTLESS_SPARK_DIR`` or ``.reventless/spark``."""
+    return Path(os.environ.get("REVENTLESS_SPARK_DIR") or Path(".reventless") / "spark")
+
+
+def pick_source(store: SqlEventStore, source: Source) -> Literal["parquet", "jdbc"]:
+    """``auto``: JDBC on PostgreSQL, Parquet segments on SQLite."""
+    if source == "auto":
+        return "parquet" if store.db.is_sqlite else "jdbc"
+    if source == "jdbc" and store.db.is_sqlite:
+        raise SpecError("source='jdbc' needs a PostgreSQL store")
+    if source not in ("parquet", "jdbc"):
+        raise SpecError(f"source must be 'auto', 'parquet' or 'jdbc', not {source!r}")
+    return source
+
+
+async def log_frame(
+    spark: SparkSession,
+    store: SqlEventStore,
+    topic: TopicDef,
+    *,
+    upto: int,
+    source: Source = "auto",
+    workdir: Path | None = None,
+) -> DataFrame:
+    """Offsets ``1..upto`` of ``topic`` as a DataFrame of its (Spark-form) typed schema."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    arrow = topic.schema.arrow_schema
+    if pick_source(store, source) == "jdbc":
+        parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+        return read_jdbc(
+            spark,
+            store.db.url,
+            store.table_of(topic.name),
+            topic.name,
+            arrow,
+            lower=1,
+            upper=upto,
+            partitions=parts,
+        )
+    where = (workdir or default_workdir()) / "segments" / store.table_of(topic.name)
+    done = await export_segments(store, topic, where, upto=upto)
+    struct = from_arrow_schema(spark_schema(arrow))
+    if done.files == 0:
+        return spark.createDataFrame([], struct)
+    return spark.read.schema(struct).parquet(str(where)).where(f"_offset <= {int(upto)}")
+
+
+async def read_log(
+    topic: Topic,
+    *,
+    spark: SparkSession | None = None,
+    upto: int | None = None,
+    source: Source = "auto",
+    workdir: str | Path | None = None,
+) -> DataFrame:
+    """The log of a built topic (or EventLog) up to ``upto`` (default: its head) as a
+    typed DataFrame. Parquet segments are exported incrementally first (only offsets
+    not exported before); ``source="jdbc"`` reads PostgreSQL directly. ``time`` and
+    ``timedelta`` fields are int64 microseconds on the Spark side (see ``arrow.py``)."""
+    from .session import session
+
+    head = await topic.head() if upto is None else upto
+    return await log_frame(
+        spark or session(),
+        topic.store,
+        topic.definition,
+        upto=head,
+        source=source,
+        workdir=Path(workdir) if workdir is not None else None,
+    )

@@ -1,0 +1,41 @@
+"""One Spark session for the whole test run (starting one takes seconds)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.services import unavailable
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A local[2] session shared by every Spark test (few shuffle partitions)."""
+    if shutil.which("java") is None:
+        unavailable("Java is not installed (make test installs it: infra/local/java.sh)")
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        unavailable("pyspark is not installed (pip install -e '.[spark]')")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers import the handlers' modules (examples.*, tests.*) from the repo.
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    from reventless.spark import session
+
+    s = session("local[2]", conf={"spark.sql.shuffle.partitions": "2"})
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """Segments and staging files of one test."""
+    return tmp_path / "spark"
