@@ -40,7 +40,8 @@ test: lint services
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow and not postgres and not nats and not aws and not spark" $(PYTEST_ARGS)
 
-# Benchmarks (not part of `make test`): SQLite + PostgreSQL, JetStream fan-out, SNS/SQS.
+# Benchmarks (not part of `make test`): SQLite + PostgreSQL, JetStream fan-out, SNS/SQS,
+# Spark rebuilds, subscriptions and collector predicates.
 # `make bench QUICK=1` is a smoke run of the same harness (small sizes, one repetition,
 # under a minute); it writes its report and plots under $(BENCH_QUICK_DIR), not the repo.
 QUICK ?=
@@ -52,11 +53,17 @@ ifeq ($(QUICK),1)
 	$(BIN)/python -m bench --store all --quick --reps 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.nats_fanout --quick --reps 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.aws --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
+	$(BIN)/python -m bench.spark --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
+	$(BIN)/python -m bench.subscribe --rows 5000 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
+	$(BIN)/python -m bench.collector_where --rows 5000 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	@echo "quick bench report: $(BENCH_QUICK_DIR)/BENCHMARKS.md"
 else
 	$(BIN)/python -m bench --store all --out BENCHMARKS.md $(BENCH_ARGS)
 	$(BIN)/python -m bench.nats_fanout --out BENCHMARKS.md
 	$(BIN)/python -m bench.aws --out BENCHMARKS.md
+	$(BIN)/python -m bench.spark --out BENCHMARKS.md
+	$(BIN)/python -m bench.subscribe --out BENCHMARKS.md
+	$(BIN)/python -m bench.collector_where --out BENCHMARKS.md
 endif
 
 clean:

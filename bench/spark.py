@@ -221,6 +221,22 @@ def report(local: list[dict[str, Any]], clusters: dict[int, list[dict[str, Any]]
     return "\n".join(lines) + "\n"
 
 
+def _plot(local: list[dict[str, Any]], base: Path) -> None:
+    """Save the points (``bench/results/spark.json`` beside ``--out``) and draw the plot
+    of rebuild seconds by events (``bench/plots/rebuild_vs_events.png``)."""
+    from bench.plots import rebuild_vs_events
+
+    series = {
+        "Python handlers (local[2])": [[r["n"], r["python_s"]] for r in local],
+        "vectorised (Spark SQL)": [[r["n"], r["vector_s"]] for r in local],
+        "pyarrow baseline (latest state)": [[r["n"], r["pyarrow_s"]] for r in local],
+    }
+    points = base / "bench" / "results" / "spark.json"
+    points.parent.mkdir(parents=True, exist_ok=True)
+    points.write_text(json.dumps(series, indent=1) + "\n")
+    rebuild_vs_events(points, base / "bench" / "plots" / "rebuild_vs_events.png")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.spark")
     p.add_argument("--quick", action="store_true", help="100k events, local only")
@@ -237,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = "python -m bench.spark" + (" --quick" if a.quick else "")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        sizes = [100_000] if a.quick else [1_000_000, 10_000_000]
+        sizes = [100_000] if a.quick else [100_000, 1_000_000, 10_000_000]
         local = _child("local[2]", sizes, work, False)
         clusters: dict[int, list[dict[str, Any]]] = {}
         if not a.quick:
@@ -250,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if a.out:
         out = Path(a.out)
+        _plot(local, out.resolve().parent)
         old = out.read_text() if out.exists() else ""
         if START in old and END in old:
             new = old[: old.index(START)] + text.rstrip("\n") + old[old.index(END) + len(END) :]
