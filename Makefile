@@ -46,8 +46,12 @@ test-fast: $(STAMP)
 # under a minute); it writes its report and plots under $(BENCH_QUICK_DIR), not the repo.
 QUICK ?=
 BENCH_QUICK_DIR ?= $(or $(TMPDIR),/tmp)/reventless-bench-quick
-bench: $(STAMP) services
+BENCH_STAMP := $(VENV)/.bench-$(shell cksum pyproject.toml | cut -d' ' -f1)
+$(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	rm -f $(VENV)/.bench-* && touch $@
+
+bench: $(BENCH_STAMP) services
 ifeq ($(QUICK),1)
 	mkdir -p $(BENCH_QUICK_DIR)
 	$(BIN)/python -m bench --store all --quick --reps 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md

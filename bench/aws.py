@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import reventless as rv
+from bench.blocks import put_block
 from reventless.testing.app_suite import Add, Tally, ordered
-
-START, END = "<!-- aws:start -->", "<!-- aws:end -->"
 
 
 def _free_port() -> int:
@@ -161,20 +160,8 @@ async def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.aws" + (" --quick" if a.quick else "")
     text = section(r, command)
     print(text)
-    _write(Path(a.out), text)
+    put_block(Path(a.out), "aws", text)
     return 0 if r["in_order"] else 1
-
-
-def _write(out: Path, text: str) -> None:
-    """Replace the AWS section of ``out`` (or append it), keeping the rest."""
-    block = f"{START}\n{text}{END}\n"
-    old = out.read_text() if out.exists() else ""
-    if START in old and END in old:
-        head, rest = old.split(START, 1)
-        new = head + block + rest.split(END, 1)[1].lstrip("\n")
-    else:
-        new = old.rstrip("\n") + "\n\n" + block if old else block
-    out.write_text(new)
 
 
 if __name__ == "__main__":

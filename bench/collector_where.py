@@ -6,9 +6,6 @@ catch-up (store reads) and live (broker batches), on one SQLite file.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import re
 import tempfile
 import time
 from pathlib import Path
@@ -18,11 +15,11 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 import reventless as rv
+from bench.blocks import rows_main
 
 SCHEMA = pa.schema([pa.field("k", pa.string()), pa.field("qty", pa.int64())])
 KEYS = [f"o-{i}" for i in range(1, 11)]  # 10 of 100 keys: 10% of the rows
 WHERE = "key IN ({})".format(", ".join(f"'{k}'" for k in KEYS))
-START, END = "<!-- collector_where:start -->", "<!-- collector_where:end -->"
 
 
 class Last(BaseModel):
@@ -88,34 +85,14 @@ async def run(rows: int) -> list[tuple[str, float]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=100_000)
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args()
-    results = asyncio.run(run(a.rows))
-    cmd = f"python -m bench.collector_where --rows {a.rows}"
-    lines = [
-        START,
-        "",
-        "## Collector where= pushdown (SQLite file, predicate keeps 10%)",
-        "",
-        f"Command: `{cmd}`. Topic offsets per second a read model gets through; each",
-        "variant runs twice, interleaved. Live includes publishing (append + relay).",
-        "",
-        "| measure | offsets per second |",
-        "|---|---|",
-    ]
-    lines += [f"| {k} | {v:,.0f} |" for k, v in results]
-    lines += ["", END]
-    block = "\n".join(lines)
-    print(block)
-    if a.out:
-        text = Path(a.out).read_text()
-        if START in text:
-            text = re.sub(re.escape(START) + ".*?" + re.escape(END), block, text, flags=re.S)
-        else:
-            text = text.rstrip() + "\n\n" + block + "\n"
-        Path(a.out).write_text(text)
+    rows_main(
+        "collector_where",
+        "Collector where= pushdown (SQLite file, predicate keeps 10%)",
+        "offsets per second",
+        run,
+        "Topic offsets per second a read model gets through; each variant runs twice, "
+        "interleaved. Live includes publishing (append + relay).",
+    )
 
 
 if __name__ == "__main__":

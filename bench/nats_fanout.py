@@ -33,6 +33,7 @@ from typing import Any
 import nats
 
 import reventless as rv
+from bench.blocks import put_block
 from bench.specs import Counter, Increment, Incremented, totals
 
 
@@ -239,7 +240,7 @@ async def main(argv: list[str] | None = None) -> int:
         await _collect_until(a.collect[0], a.collect[1], int(a.collect[2]))
         return 0
     reps = a.reps or (1 if a.quick else 3)
-    n_raw = 20_000 if a.quick else 100_000
+    n_raw = 10_000 if a.quick else 100_000
     aggs, per = (20, 500) if a.quick else (100, 1000)
     seconds = 1.0 if a.quick else 10.0
     work = Path(tempfile.mkdtemp())
@@ -312,23 +313,8 @@ async def main(argv: list[str] | None = None) -> int:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    _write(Path(a.out), text)
+    put_block(Path(a.out), "nats", text)
     return 0
-
-
-START, END = "<!-- nats:start -->", "<!-- nats:end -->"
-
-
-def _write(out: Path, text: str) -> None:
-    """Replace the JetStream section of ``out`` (or append it), keeping the rest."""
-    block = f"{START}\n{text}{END}\n"
-    old = out.read_text() if out.exists() else ""
-    if START in old and END in old:
-        head, rest = old.split(START, 1)
-        new = head + block + rest.split(END, 1)[1].lstrip("\n")
-    else:
-        new = old.rstrip("\n") + "\n\n" + block if old else block
-    out.write_text(new)
 
 
 def run(argv: list[str] | None = None) -> Any:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from .blocks import markers
 from .workloads import SYSTEMS, Workload
 
 Results = dict[str, dict[str, list[float]]]  # workload key -> system -> one value per rep
@@ -638,7 +639,7 @@ def kept_blocks(path: Path) -> dict[str, str]:
     """The sections other bench scripts wrote into ``path`` (kept on rewrite)."""
     out = {}
     for name in KEPT_BLOCKS:
-        block = previous_block(path, f"<!-- {name}:start -->", f"<!-- {name}:end -->")
+        block = previous_block(path, *markers(name))
         if block:
             out[name] = block
     return out

@@ -27,7 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-START, END = "<!-- spark:start -->", "<!-- spark:end -->"
+from bench.blocks import put_block
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -167,7 +168,6 @@ def _child(master: str, sizes: list[int], work: Path, cluster: bool) -> list[dic
 
 def report(local: list[dict[str, Any]], clusters: dict[int, list[dict[str, Any]]], cmd: str) -> str:
     lines = [
-        START,
         "## Spark rebuilds (`python -m bench.spark`)",
         "",
         f"Command: `{cmd}`. Shop Inventory topic (3/4 StockAdded, 1/4 StockReserved, N/10 SKUs) as "
@@ -216,7 +216,6 @@ def report(local: list[dict[str, Any]], clusters: dict[int, list[dict[str, Any]]
         "",
         f"Targets: 10M events through Python handlers <= 60 s on local[2]: {python_goal}; "
         f"vectorised >= 1M events/s: {vector_goal}.",
-        END,
     ]
     return "\n".join(lines) + "\n"
 
@@ -239,7 +238,7 @@ def _plot(local: list[dict[str, Any]], base: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.spark")
-    p.add_argument("--quick", action="store_true", help="100k events, local only")
+    p.add_argument("--quick", action="store_true", help="50k events, local only")
     p.add_argument("--out", default=None, help="Markdown file to update")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--work", default=None, help=argparse.SUPPRESS)
@@ -253,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = "python -m bench.spark" + (" --quick" if a.quick else "")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        sizes = [100_000] if a.quick else [100_000, 1_000_000, 10_000_000]
+        sizes = [50_000] if a.quick else [100_000, 1_000_000, 10_000_000]
         local = _child("local[2]", sizes, work, False)
         clusters: dict[int, list[dict[str, Any]]] = {}
         if not a.quick:
@@ -267,12 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:
         out = Path(a.out)
         _plot(local, out.resolve().parent)
-        old = out.read_text() if out.exists() else ""
-        if START in old and END in old:
-            new = old[: old.index(START)] + text.rstrip("\n") + old[old.index(END) + len(END) :]
-        else:
-            new = old.rstrip("\n") + "\n\n" + text
-        out.write_text(new)
+        put_block(out, "spark", text)
     return 0
 
 

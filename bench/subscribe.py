@@ -5,9 +5,6 @@ expression, on one SQLite file. ``python -m bench.subscribe --rows 100000 --out 
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import re
 import tempfile
 import time
 from pathlib import Path
@@ -15,10 +12,10 @@ from pathlib import Path
 import pyarrow as pa
 
 import reventless as rv
+from bench.blocks import rows_main
 from reventless.subscribe import Predicate, Subscriptions
 
 SCHEMA = pa.schema([pa.field("k", pa.string()), pa.field("qty", pa.int64())])
-START, END = "<!-- subscribe:start -->", "<!-- subscribe:end -->"
 
 
 async def run(rows: int) -> list[tuple[str, float]]:
@@ -63,33 +60,7 @@ async def run(rows: int) -> list[tuple[str, float]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=100_000)
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args()
-    results = asyncio.run(run(a.rows))
-    cmd = f"python -m bench.subscribe --rows {a.rows}"
-    lines = [
-        START,
-        "",
-        "## Subscriptions (SQLite file)",
-        "",
-        f"Command: `{cmd}`",
-        "",
-        "| measure | per second |",
-        "|---|---|",
-    ]
-    lines += [f"| {k} | {v:,.0f} |" for k, v in results]
-    lines += ["", END]
-    block = "\n".join(lines)
-    print(block)
-    if a.out:
-        text = Path(a.out).read_text()
-        if START in text:
-            text = re.sub(re.escape(START) + ".*?" + re.escape(END), block, text, flags=re.S)
-        else:
-            text = text.rstrip() + "\n\n" + block + "\n"
-        Path(a.out).write_text(text)
+    rows_main("subscribe", "Subscriptions (SQLite file)", "per second", run)
 
 
 if __name__ == "__main__":
