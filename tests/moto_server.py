@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,24 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import unavailable
+from tests.services import free_port, require_package, unavailable
 
 #: Fake credentials for moto (it accepts any).
 CREDENTIALS = "testing:testing"
 
 
 def require_adapter() -> None:
-    """Skip (fail under CI) when the reventless-aws package is not installed."""
-    try:
-        import reventless_aws  # noqa: F401
-    except ImportError:
-        unavailable("reventless-aws is not installed (pip install -e adapters/aws)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """Skip (fail under CI) when the adapter package is not installed."""
+    require_package("reventless_aws", "pip install -e adapters/aws")
 
 
 def moto_binary() -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import unavailable
+from tests.services import free_port, require_package, unavailable
 
 _CANDIDATES = ("/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server")
 
@@ -38,17 +38,8 @@ def nats_binary() -> str:
 
 
 def require_adapter() -> None:
-    """Skip (fail under CI) when the reventless-nats package is not installed."""
-    try:
-        import reventless_nats  # noqa: F401
-    except ImportError:
-        unavailable("reventless-nats is not installed (pip install -e adapters/nats)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """Skip (fail under CI) when the adapter package is not installed."""
+    require_package("reventless_nats", "pip install -e adapters/nats")
 
 
 class NatsServer:

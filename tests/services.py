@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import socket
 from typing import NoReturn
 
 import pytest
@@ -13,3 +15,18 @@ def unavailable(what: str) -> NoReturn:
     if os.environ.get("CI"):
         pytest.fail(f"{what} (CI=true: service-backed tests must not skip)")
     pytest.skip(what)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (for a private server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def require_package(module: str, hint: str) -> None:
+    """Skip (fail under CI) when ``module`` (an adapter package) is not installed."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        unavailable(f"{module} is not installed ({hint})")
