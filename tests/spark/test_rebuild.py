@@ -58,12 +58,24 @@ async def _copy_rows(url: str, model: rv.ReadModel[Any]) -> list[Any]:
         return await view.all()
 
 
-@pytest.mark.parametrize("paused", [False, True], ids=["collector-running", "collector-paused"])
+@pytest.mark.parametrize(
+    ("paused", "store"),
+    [
+        (False, "sqlite"),
+        (True, "sqlite"),
+        pytest.param(False, "postgres", marks=pytest.mark.postgres),
+        pytest.param(True, "postgres", marks=pytest.mark.postgres),
+    ],
+    ids=["collector-running", "collector-paused", "pg-collector-running", "pg-collector-paused"],
+)
 async def test_events_appended_during_the_rebuild_are_handed_off(
-    spark: Any, tmp_path: Path, paused: bool
+    spark: Any, tmp_path: Path, paused: bool, store: str, request: pytest.FixtureRequest
 ) -> None:
     """Counters (stock levels) break if an event is applied twice or missed."""
-    url = f"sqlite:///{tmp_path / 's.db'}"
+    if store == "postgres":  # read over JDBC, swapped in under PostgreSQL's locks
+        url = str(request.getfixturevalue("pg_url"))
+    else:
+        url = f"sqlite:///{tmp_path / 's.db'}"
     app = rv.App(store=url)
     logs = declare(app)
     view = app.collect(stock_levels)
