@@ -26,9 +26,9 @@ from pydantic import BaseModel
 from .broker import Broker, open_broker
 from .codec import TopicSchema
 from .collect.component import Component, EventMapper, HandlerSpec, ReadModel, SideEffectHandler
-from .collect.deadletter import DeadLetter, list_sync
+from .collect.deadletter import DeadLetter, RedriveReport, list_sync
 from .collect.kinds import MapperCollector, ReadModelCollector, SideEffectCollector
-from .collect.runtime import Collector, CollectorOptions, RedriveReport
+from .collect.runtime import Collector, CollectorOptions
 from .collect.table import ReadModelTable
 from .decode import retired_models
 from .errors import ReventlessError, SpecError, StoreError

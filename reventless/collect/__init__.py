@@ -1,8 +1,8 @@
 """Collectors: read models, event mappers (sagas) and side-effect handlers."""
 
 from .component import Delete, EventMapper, ReadModel, Send, SideEffectHandler, Upsert
-from .deadletter import DeadLetter
-from .runtime import Collector, CollectorOptions, RedriveReport
+from .deadletter import DeadLetter, RedriveReport
+from .runtime import Collector, CollectorOptions
 
 __all__ = [
     "Collector",

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
+from ..decode import envelope_of
+from ..errors import Rejected
 from ..spec import Envelope
 from ..store.database import Database
+
+if TYPE_CHECKING:
+    from .runtime import Collector
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +106,45 @@ def bump_sync(db: Database, conn: Connection, letter_id: int, error: str) -> Non
         f"error = {db.mark} WHERE id = {db.mark}",
         (error[:4000], letter_id),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveReport:
+    """Outcome of a redrive: dead letters resolved and aggregates still parked."""
+
+    redriven: int
+    still_parked: int
+
+
+def _err(exc: BaseException) -> str:
+    if isinstance(exc, Rejected):
+        return f"Rejected {exc.code}: {exc.detail}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def redrive(collector: Collector, aggregate_id: str | None) -> RedriveReport:
+    """``Collector.redrive``'s work (the caller holds the collector's lock): each
+    aggregate's letters in offset order, stopping at its first failure."""
+    c, db = collector, collector.db
+    groups: dict[tuple[str, str | None], list[DeadLetter]] = {}
+    for dl in await c.dead_letters():
+        if aggregate_id is None or dl.aggregate_id == aggregate_id:
+            groups.setdefault((dl.topic, dl.aggregate_id), []).append(dl)
+    ok = stuck = 0
+    for (topic, agg), items in groups.items():
+        schema = c.topics[topic].schema
+        for dl in items:
+            rows = await c.store.read(topic, dl.offset, 1)
+            ev = envelope_of(schema, topic, rows[0])
+            try:
+                await c.redo(ev)
+            except Exception as exc:
+                await db.write(partial(bump_sync, db, letter_id=dl.id, error=_err(exc)))
+                stuck += 1
+                break
+            await db.write(partial(resolve_sync, db, letter_id=dl.id))
+            ok += 1
+        else:
+            if agg is not None:
+                c.parked.discard((topic, agg))
+    return RedriveReport(ok, stuck)

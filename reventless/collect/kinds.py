@@ -24,7 +24,8 @@ from .component import (
     as_ops,
     call,
 )
-from .runtime import Collector, Failed, LogResolver, _err
+from .deadletter import _err
+from .runtime import Collector, Failed, LogResolver
 from .table import ReadModelTable
 
 log = logging.getLogger("reventless.collect")

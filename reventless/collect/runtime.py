@@ -15,7 +15,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
@@ -24,7 +23,7 @@ from sqlalchemy.engine import Connection
 from ..broker import Broker, Message, Subscription
 from ..codec import META_NAMES
 from ..decode import envelope_of
-from ..errors import Rejected, SpecError
+from ..errors import SpecError
 from ..eventlog import EventLog
 from ..relay import decode_batch
 from ..spec import Aggregate, Envelope
@@ -36,6 +35,7 @@ from .component import (
     Component,
     HandlerSpec,
 )
+from .deadletter import RedriveReport
 
 if TYPE_CHECKING:
     from .where import TopicFilter
@@ -76,20 +76,6 @@ class _Run:
     first: int
     last: int
     prev: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class RedriveReport:
-    """Outcome of a redrive: dead letters resolved and aggregates still parked."""
-
-    redriven: int
-    still_parked: int
-
-
-def _err(exc: BaseException) -> str:
-    if isinstance(exc, Rejected):
-        return f"Rejected {exc.code}: {exc.detail}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 class Collector:
@@ -528,30 +514,4 @@ class Collector:
         """Retry dead letters per aggregate in offset order, stopping an aggregate at its
         first failure; an aggregate with none left is un-parked."""
         async with self._lock:
-            letters = await self.dead_letters()
-            groups: dict[tuple[str, str | None], list[deadletter.DeadLetter]] = {}
-            for dl in letters:
-                if aggregate_id is None or dl.aggregate_id == aggregate_id:
-                    groups.setdefault((dl.topic, dl.aggregate_id), []).append(dl)
-            ok = 0
-            stuck = 0
-            for (topic, agg), items in groups.items():
-                schema = self.topics[topic].schema
-                for dl in items:
-                    rows = await self.store.read(topic, dl.offset, 1)
-                    ev = envelope_of(schema, topic, rows[0])
-                    try:
-                        await self.redo(ev)
-                    except Exception as exc:
-                        err = _err(exc)
-                        await self.db.write(
-                            partial(deadletter.bump_sync, self.db, letter_id=dl.id, error=err)
-                        )
-                        stuck += 1
-                        break
-                    await self.db.write(partial(deadletter.resolve_sync, self.db, letter_id=dl.id))
-                    ok += 1
-                else:
-                    if agg is not None:
-                        self.parked.discard((topic, agg))
-            return RedriveReport(ok, stuck)
+            return await deadletter.redrive(self, aggregate_id)
