@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import free_port, require_package, unavailable
+from tests.services import free_port, require_package, stop_process, unavailable
 
 #: Fake credentials for moto (it accepts any).
 CREDENTIALS = "testing:testing"
@@ -76,13 +76,7 @@ class MotoServer:
         raise RuntimeError(f"moto_server did not answer on port {self.port}")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import free_port, require_package, unavailable
+from tests.services import free_port, require_package, stop_process, unavailable
 
 _CANDIDATES = ("/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server")
 
@@ -92,13 +92,7 @@ class NatsServer:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import socket
+import subprocess
 from typing import NoReturn
 
 import pytest
@@ -30,3 +31,14 @@ def require_package(module: str, hint: str) -> None:
         importlib.import_module(module)
     except ImportError:
         unavailable(f"{module} is not installed ({hint})")
+
+
+def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+    """Terminate a private server (SIGTERM, then SIGKILL after 10 s)."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
