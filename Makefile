@@ -55,7 +55,7 @@ bench: $(BENCH_STAMP) services
 ifeq ($(QUICK),1)
 	mkdir -p $(BENCH_QUICK_DIR)
 	$(BIN)/python -m bench --store all --quick --reps 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
-	$(BIN)/python -m bench.nats_fanout --quick --reps 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
+	$(BIN)/python -m bench.nats_fanout --postgres --quick --reps 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.aws --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.spark --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.subscribe --rows 5000 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
@@ -63,7 +63,7 @@ ifeq ($(QUICK),1)
 	@echo "quick bench report: $(BENCH_QUICK_DIR)/BENCHMARKS.md"
 else
 	$(BIN)/python -m bench --store all --out BENCHMARKS.md $(BENCH_ARGS)
-	$(BIN)/python -m bench.nats_fanout --out BENCHMARKS.md
+	$(BIN)/python -m bench.nats_fanout --postgres --out BENCHMARKS.md
 	$(BIN)/python -m bench.aws --out BENCHMARKS.md
 	$(BIN)/python -m bench.spark --out BENCHMARKS.md
 	$(BIN)/python -m bench.subscribe --out BENCHMARKS.md

@@ -34,7 +34,8 @@ import nats
 
 import reventless as rv
 from bench.blocks import put_block
-from bench.specs import Counter, Increment, Incremented, totals
+from bench.pgserver import PgServer
+from bench.specs import VIEWS, Counter, Increment, Incremented, totals
 
 
 def _free_port() -> int:
@@ -113,16 +114,16 @@ def _cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _collect_until(store: str, broker: str, total: int) -> None:
+async def _collect_until(store: str, broker: str, total: int, view: str) -> None:
     """The collector process of ``fan_out_split``: prints ``ready <cpu>``, then
     ``done <time> <cpu>`` (wall clock; its own CPU seconds)."""
     opts = rv.AppOptions(collector=rv.CollectorOptions(poll_interval=600, grace=600))
     app = rv.App(store=store, broker=broker, options=opts)
     app.event_log(Counter)
-    app.collect(totals)
+    app.collect(VIEWS[view])
     async with app:
         print("ready", time.process_time(), flush=True)
-        collector = app.collector("counter_totals")
+        collector = app.collector(VIEWS[view].name)
         while collector.checkpoints.get(("Counter", 0), 0) < total:
             await asyncio.sleep(0.002)
         print("done", time.time(), time.process_time(), flush=True)
@@ -140,10 +141,14 @@ class Split:
     cpu_server: float
 
 
-async def fan_out_split(broker: str, aggs: int, per: int, server_pid: int) -> Split:
-    """Like ``fan_out``, with the collector in its own process (a projector service)."""
+async def fan_out_split(
+    broker: str, aggs: int, per: int, server_pid: int, view: str, store: str | None = None
+) -> Split:
+    """Like ``fan_out``, with the collector in its own process (a projector service)
+    keeping read model ``VIEWS[view]``; ``store``: a fresh store URL (default: a new SQLite
+    file)."""
     d = tempfile.mkdtemp()
-    store = f"sqlite:///{d}/split.db"
+    store = store or f"sqlite:///{d}/split.db"
     app = rv.App(store=store, broker=broker)
     log = app.event_log(Counter)
     events = [Incremented(by=1)] * per
@@ -157,6 +162,7 @@ async def fan_out_split(broker: str, aggs: int, per: int, server_pid: int) -> Sp
             store,
             broker,
             str(n),
+            view,
             stdout=asyncio.subprocess.PIPE,
         )
         assert proc.stdout is not None
@@ -221,6 +227,19 @@ async def latency(broker: str, rate: int, seconds: float) -> tuple[float, float,
     return statistics.median(lat), lat[int(len(lat) * 0.99) - 1], achieved
 
 
+#: The split runs: (row label, read model, store).
+SPLITS = [
+    ("reventless fan-out, collector in its own process, `handler` view", "handler", "sqlite"),
+    ("reventless fan-out, collector in its own process, `fold` view", "fold", "sqlite"),
+    ("... the same on PostgreSQL, `handler` view", "handler", "postgres"),
+    ("... the same on PostgreSQL, `fold` view", "fold", "postgres"),
+]
+
+
+def _med(xs: Any) -> str:
+    return f"{statistics.median(list(xs)):.1f}"
+
+
 def _fmt(xs: list[float]) -> str:
     return f"{statistics.median(xs):,.0f} ({min(xs):,.0f}-{max(xs):,.0f})"
 
@@ -228,8 +247,10 @@ def _fmt(xs: list[float]) -> str:
 async def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.nats_fanout")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--collect", nargs=3, help=argparse.SUPPRESS)  # internal: store broker n
+    # internal: store broker n view
+    p.add_argument("--collect", nargs=4, help=argparse.SUPPRESS)
     p.add_argument("--reps", type=int, default=None)
+    p.add_argument("--postgres", action="store_true", help="also run the split on PostgreSQL")
     p.add_argument(
         "--out",
         default="BENCHMARKS.md",
@@ -237,11 +258,12 @@ async def main(argv: list[str] | None = None) -> int:
     )
     a = p.parse_args(argv)
     if a.collect:
-        await _collect_until(a.collect[0], a.collect[1], int(a.collect[2]))
+        await _collect_until(a.collect[0], a.collect[1], int(a.collect[2]), a.collect[3])
         return 0
     reps = a.reps or (1 if a.quick else 3)
     n_raw = 10_000 if a.quick else 100_000
     aggs, per = (20, 500) if a.quick else (100, 1000)
+    s_aggs = aggs if a.quick else 300  # split runs: long enough that start-up is amortised
     seconds = 1.0 if a.quick else 10.0
     work = Path(tempfile.mkdtemp())
     proc, url = start_server(work)
@@ -249,26 +271,30 @@ async def main(argv: list[str] | None = None) -> int:
     lat50: list[float] = []
     lat99: list[float] = []
     achieved: list[float] = []
-    splits: list[Split] = []
+    splits: dict[str, list[Split]] = {}
+    pg = PgServer() if a.postgres else None
     try:
+        if pg is not None:
+            pg.__enter__()
         for r in range(reps):
             tag = f"r{r}"
             results.setdefault("raw publish_async", []).append(await raw_publish(url, n_raw, tag))
             results.setdefault("raw fetch(1000)+ack", []).append(await raw_fetch(url, n_raw, tag))
-            results.setdefault("reventless fan-out, JetStream", []).append(
+            results.setdefault("reventless fan-out, JetStream, one process", []).append(
                 await fan_out(f"{url}?prefix=f{r}", aggs, per)
             )
-            results.setdefault("reventless fan-out, in-memory broker", []).append(
+            results.setdefault("reventless fan-out, in-memory broker, one process", []).append(
                 await fan_out("memory://", aggs, per)
             )
-            split = await fan_out_split(f"{url}?prefix=s{r}", aggs, per, proc.pid)
-            splits.append(split)
-            results.setdefault(
-                "reventless fan-out, JetStream, collector in its own process", []
-            ).append(split.end_to_end)
-            results.setdefault(
-                "... of which: from the appends' commit to the read model", []
-            ).append(split.after_commit)
+            for label, view, db in SPLITS:
+                if db == "postgres" and pg is None:
+                    continue
+                store = pg.new_db(f"fan{r}").url if pg is not None and db == "postgres" else None
+                split = await fan_out_split(
+                    f"{url}?prefix=s{r}{view}{db}", s_aggs, per, proc.pid, view, store
+                )
+                splits.setdefault(label, []).append(split)
+                results.setdefault(label, []).append(split.end_to_end)
             p50, p99, ach = await latency(f"{url}?prefix=l{r}", 1000, seconds)
             lat50.append(p50)
             lat99.append(p99)
@@ -281,30 +307,45 @@ async def main(argv: list[str] | None = None) -> int:
         proc.kill()
         proc.wait()
         shutil.rmtree(work, ignore_errors=True)
+        if pg is not None:
+            pg.__exit__(None, None, None)
+    raw = statistics.median(results["raw publish_async"])
+    rows = [f"| {k} | {_fmt(v)} | {statistics.median(v) / raw:.2f}x |" for k, v in results.items()]
+    cpu = [
+        f"| {label} | {_med(x.cpu_producer for x in xs)} | {_med(x.cpu_collector for x in xs)} "
+        f"| {_med(x.cpu_server for x in xs)} | {_fmt([x.append for x in xs])} "
+        f"| {_fmt([x.after_commit for x in xs])} |"
+        for label, xs in splits.items()
+    ]
     lines = [
-        "## JetStream fan-out (`python -m bench.nats_fanout`)",
+        "## JetStream fan-out (`python -m bench.nats_fanout --postgres`)",
         "",
         f"Private nats-server 2.9 (`-js`, file storage) on loopback; {reps} repetitions, "
-        "median (min-max). Fan-out: "
-        f"{aggs} concurrent appends x {per} events, then until the read model (SQLite "
-        "file, synchronous=FULL, durable checkpoint) has them all; collectors' store poll "
-        "disabled, so every event travels through the broker (the last row runs the "
-        "collector in a second process, as a projector service would). Raw rows: "
-        "120-byte messages, "
-        f"{n_raw:,} per run.",
+        "median (min-max); the last column is each rate over raw nats-py `publish_async` "
+        "in the same run. Fan-out: concurrent appends of "
+        f"{per} events each ({aggs} appends in one process, {s_aggs} when the collector runs "
+        "in its own process, as a projector service would), from the first append until "
+        "the read model (durable checkpoint in the same transaction) has them all; the "
+        "collectors' store poll is disabled, so every event travels through the broker. "
+        "Store: a SQLite file (WAL, synchronous=FULL) unless the row says PostgreSQL "
+        "(`--postgres`). Read models: `handler` is a hand-written handler (a pydantic row "
+        "per event); `fold` is the same view declared with `rv.ColumnUpserts`, which the "
+        "collector folds from the stored rows without building events. Raw rows: "
+        f"120-byte messages, {n_raw:,} per run.",
         "",
-        "| workload | events or msgs/s |",
-        "|---|---|",
-        *(f"| {k} | {_fmt(v)} |" for k, v in results.items()),
+        "| workload | events or msgs/s | vs raw publish |",
+        "|---|---|---|",
+        *rows,
         "",
-        "CPU per event in the split run (median; user + system time of each process "
-        "over the run): "
-        f"producer (append + relay) {statistics.median(x.cpu_producer for x in splits):.1f} "
-        f"us, collector {statistics.median(x.cpu_collector for x in splits):.1f} us, "
-        f"nats-server {statistics.median(x.cpu_server for x in splits):.1f} us; the appends "
-        f"alone ran at {_fmt([x.append for x in splits])} events/s. "
-        f"On {os.cpu_count()} cores the three processes share, their sum bounds the "
-        "end-to-end rate.",
+        "CPU microseconds per event in the split runs (median; user + system time of each "
+        "process over the run), the appends' own rate, and the rate from the last append's "
+        f"commit to the read model. {os.cpu_count()} cores are shared by the three "
+        "processes (and PostgreSQL's).",
+        "",
+        "| split run | producer (append + relay) | collector | nats-server | appends | "
+        "after the appends |",
+        "|---|---|---|---|---|---|",
+        *cpu,
         "",
         f"Latency, `execute` -> side effect sees the event, JetStream, steady 1,000 "
         f"commands/s for {seconds:.0f} s (achieved {_fmt(achieved)} commands/s): "

@@ -60,6 +60,19 @@ def _total(ev: rv.Envelope[Incremented], current: Total | None) -> rv.Upsert[Tot
     return rv.Upsert(Total(id=row.id, value=row.value + ev.event.by, events=row.events + 1))
 
 
+class FoldTotal(BaseModel):
+    id: str
+    value: int = 0
+    events: int = 0
+
+
+#: The same view declared as column upserts: the collector folds it from stored rows.
+totals_fold: rv.ReadModel[FoldTotal] = rv.ReadModel("counter_totals_fold", row=FoldTotal, key="id")
+rv.ColumnUpserts(totals_fold).on(Incremented, add={"value": "by", "events": 1})
+
+VIEWS: dict[str, rv.ReadModel[Any]] = {"handler": totals, "fold": totals_fold}
+
+
 # -- eventsourcing ----------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ Example::
             self.name = e.name
 """
 
-from .app import App, AppOptions, CollectorHandle, Projection
+from .app import App, AppOptions
 from .broker import Broker, Message
 from .broker.memory import InMemoryBroker
 from .codec import TopicSchema
@@ -43,6 +43,7 @@ from .errors import (
     AggregateNotFoundError,
     BrokerError,
     ConcurrencyError,
+    LeaseLostError,
     MetadataError,
     Rejected,
     ReservedNameError,
@@ -55,6 +56,7 @@ from .errors import (
     UnknownEventTypeError,
 )
 from .eventlog import EventLog, ExecuteResult, LogOptions, Topic
+from .handle import CollectorHandle, Projection
 from .ids import uuid7
 from .spec import Aggregate, Command, Envelope, Event, Metadata, applies, handles, upcasts
 from .store import StoreOptions
@@ -79,6 +81,7 @@ __all__ = [
     "EventMapper",
     "ExecuteResult",
     "InMemoryBroker",
+    "LeaseLostError",
     "LogOptions",
     "Message",
     "Metadata",

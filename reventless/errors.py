@@ -49,6 +49,11 @@ class BrokerError(ReventlessError):
     """The broker cannot be reached or refused a publish."""
 
 
+class LeaseLostError(ReventlessError):
+    """The worker no longer holds the partition's lease (expired and taken over, released
+    or never held): the work it fenced was refused and nothing of it landed."""
+
+
 class ConcurrencyError(ReventlessError):
     """Another writer appended to the same aggregate first; nothing from this append landed."""
 

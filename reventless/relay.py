@@ -165,20 +165,21 @@ class Relay:
         names = list(self.topics)
 
         def work(conn: Connection) -> dict[str, int]:
-            got = {
-                str(t): int(o)
-                for t, o in conn.exec_driver_sql('SELECT topic, "offset" FROM rv_relay').all()
-            }
+            def positions() -> dict[str, int]:
+                sql = 'SELECT topic, "offset" FROM rv_relay'
+                return {str(t): int(o) for t, o in conn.exec_driver_sql(sql).all()}
+
+            got = positions()
             mark = self.store.db.mark
             heads = heads_sync(self.store.db, conn)
-            for n in names:
-                if n not in got:
-                    got[n] = heads.get(n, 0)
-                    conn.exec_driver_sql(
-                        f'INSERT INTO rv_relay (topic, "offset") VALUES ({mark}, {mark})',
-                        (n, got[n]),
-                    )
-            return got
+            missing = [n for n in names if n not in got]
+            for n in missing:  # another process starting at once may insert it first
+                conn.exec_driver_sql(
+                    f'INSERT INTO rv_relay (topic, "offset") VALUES ({mark}, {mark}) '
+                    "ON CONFLICT (topic) DO NOTHING",
+                    (n, heads.get(n, 0)),
+                )
+            return positions() if missing else got
 
         positions = await self.store.db.write(work)
         self.published = {n: positions[n] for n in names}

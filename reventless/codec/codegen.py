@@ -98,12 +98,10 @@ def _model_encoder(what: str, names: Sequence[str], slots: list[_Slot]) -> _Fn:
 
 
 def _trusted(model: type[BaseModel], slots: list[_Slot]) -> bool:
-    d = model.__pydantic_decorators__
-    hooks = d.validators or d.field_validators or d.root_validators or d.model_validators
     return bool(
         slots
         and all(s.plain for s in slots)
-        and not hooks
+        and not has_validators(model)
         and not model.__private_attributes__
         and model.__pydantic_post_init__ is None
         and not getattr(model, "__pydantic_root_model__", False)
@@ -176,12 +174,24 @@ def _row_codecs(
     return encode, _compile(lines, ns, "values", what)
 
 
-def _plain(info: FieldInfo) -> bool:
-    ann = info.annotation
+def plain_type(info: FieldInfo) -> tuple[type, bool] | None:
+    """(type, admits None) of a field that is exactly ``str``/``int``/``float``/``bool``
+    (optional or not) and unconstrained, else None: such values are safe to set unvalidated."""
+    ann: Any = info.annotation
+    nullable = False
     if typing.get_origin(ann) in (Union, types.UnionType):
         rest = [a for a in typing.get_args(ann) if a is not type(None)]
+        nullable = len(rest) < len(typing.get_args(ann))
         ann = rest[0] if len(rest) == 1 else None
-    return not info.metadata and ann in (str, int, float, bool)
+    if info.metadata or ann not in (str, int, float, bool):
+        return None
+    return ann, nullable
+
+
+def has_validators(model: type[BaseModel]) -> bool:
+    """Whether ``model`` declares validators (decoding through it may change values)."""
+    d = model.__pydantic_decorators__
+    return bool(d.validators or d.field_validators or d.root_validators or d.model_validators)
 
 
 def _slot(model: type[BaseModel], col: int, name: str, info: FieldInfo, tag: str, n: bool) -> _Slot:
@@ -194,7 +204,7 @@ def _slot(model: type[BaseModel], col: int, name: str, info: FieldInfo, tag: str
             ann = typing.cast(Any, Annotated)[(ann, *info.metadata)]
         adapter: TypeAdapter[Any] = TypeAdapter(ann)
         dump = partial(_dump_json, adapter)
-    return _Slot(col, name, key, tag, n, not info.is_required(), _plain(info), dump)
+    return _Slot(col, name, key, tag, n, not info.is_required(), plain_type(info) is not None, dump)
 
 
 def _dump_json(adapter: TypeAdapter[Any], value: Any) -> str:

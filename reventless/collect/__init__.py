@@ -2,7 +2,8 @@
 
 from .component import Delete, EventMapper, ReadModel, Send, SideEffectHandler, Upsert
 from .deadletter import DeadLetter, RedriveReport
-from .runtime import Collector, CollectorOptions
+from .options import CollectorOptions
+from .runtime import Collector
 
 __all__ = [
     "Collector",

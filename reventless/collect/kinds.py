@@ -12,6 +12,8 @@ from sqlalchemy.engine import Connection
 from ..errors import Rejected, SpecError
 from ..eventlog import command_id_for
 from ..spec import Envelope, Metadata
+from ..store.append import StoredRow
+from ..topic import partition_of
 from . import deadletter
 from .component import (
     Delete,
@@ -25,6 +27,7 @@ from .component import (
     call,
 )
 from .deadletter import _err
+from .rowfold import RowFold
 from .runtime import Collector, Failed, LogResolver
 from .table import ReadModelTable
 
@@ -40,6 +43,14 @@ class ReadModelCollector(Collector):
         for spec in [*model.handlers.values(), *model.topic_handlers.values()]:
             if spec.is_async:
                 raise SpecError(f"{model.name}: read-model handlers must be plain functions")
+        #: Per topic, the fold of its column upserts (topics whose handlers all are);
+        #: ``folded`` counts the events applied that way.
+        self.folds: dict[str, RowFold] = {}
+        self.folded = 0
+        for topic, handlers in self.dispatch.items():
+            fold = None if "*" in handlers else RowFold.compile(model, self.topics[topic], handlers)
+            if fold is not None:
+                self.folds[topic] = fold
 
     def apply_sync(
         self, conn: Connection, envs: list[Envelope[Any]], *, redo: bool = False
@@ -84,6 +95,31 @@ class ReadModelCollector(Collector):
         table.write_sync(conn, changed)
         return failed
 
+    async def process_page(
+        self, topic: str, partition: int, rows: list[StoredRow], checkpoint: int
+    ) -> None:
+        """Column upserts fold the page without decoding it (``rowfold``) where that is
+        exact; otherwise the handlers run."""
+        fold = self.folds.get(topic)
+        if fold is None or self.parked:
+            await super().process_page(topic, partition, rows, checkpoint)
+            return
+
+        def work(conn: Connection) -> bool:
+            keys = fold.keys(rows)
+            current = self.table.fetch_sync(conn, keys) if keys else {}
+            final = fold.fold(rows, current) if keys is not None else None
+            if final is None:
+                return False
+            self.table.write_sync(conn, final)
+            self.checkpoint_sync(conn, topic, partition, checkpoint)
+            return True
+
+        if await self.db.write(work):
+            self.folded += len(rows)
+        else:
+            await super().process_page(topic, partition, rows, checkpoint)
+
     async def process(
         self, topic: str, partition: int, envs: list[Envelope[Any]], checkpoint: int
     ) -> None:
@@ -97,8 +133,17 @@ class ReadModelCollector(Collector):
         await self.db.write(work)
 
     async def redo(self, ev: Envelope[Any]) -> None:
-        """Apply one event again (no checkpoint change); raise on failure."""
-        await self.db.write(lambda conn: self.apply_sync(conn, [ev], redo=True))
+        """Apply one event again (no checkpoint change); raise on failure. In a leased
+        group only while this member holds the event's partition (else
+        ``LeaseLostError``, nothing lands)."""
+
+        def work(conn: Connection) -> None:
+            if self.lease is not None:
+                part = partition_of(ev.aggregate_id, self.topics[ev.topic].partitions)
+                self.lease.fence_sync(conn, ev.topic, part)
+            self.apply_sync(conn, [ev], redo=True)
+
+        await self.db.write(work)
 
 
 class _RetryingCollector(Collector):

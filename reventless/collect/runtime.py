@@ -13,29 +13,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..broker import Broker, Message, Subscription
 from ..codec import META_NAMES
 from ..decode import envelope_of
-from ..errors import SpecError
+from ..errors import LeaseLostError, SpecError
 from ..eventlog import EventLog
 from ..relay import decode_batch
 from ..spec import Aggregate, Envelope
 from ..store.append import StoredRow
 from ..store.sql import SqlEventStore
 from ..topic import TopicDef
-from . import deadletter
+from . import deadletter, horizons
 from .component import (
     Component,
     HandlerSpec,
 )
 from .deadletter import RedriveReport
+from .lease import Membership, default_worker
+from .livebatch import Run
+from .options import CollectorOptions
 
 if TYPE_CHECKING:
     from .where import TopicFilter
@@ -49,38 +50,9 @@ LogResolver = Callable[[type[Aggregate] | str], EventLog[Any]]
 State = Literal["running", "paused", "resnapshot_required"]
 
 
-@dataclass(frozen=True, slots=True)
-class CollectorOptions:
-    """``page_size``: events per catch-up transaction; ``poll_interval``: seconds between
-    store polls (the safety net when the broker is down); ``grace``: how long a wake-up
-    waits for live delivery before reading the store. ``members``/``member``: this
-    process is member ``member`` of a group of ``members`` processes running the same
-    collector; it owns the topic partitions ``p`` with ``p % members == member``, so
-    each aggregate is handled by one member, in order."""
-
-    page_size: int = 2000
-    poll_interval: float = 0.5
-    grace: float = 0.05
-    members: int = 1
-    member: int = 0
-
-
-@dataclass(slots=True)
-class _Run:
-    """Live rows of one topic partition covering offsets ``first..last`` (``rows``: those
-    that passed the filter) after the partition's offset ``prev`` (None: unknown)."""
-
-    topic: str
-    partition: int
-    rows: list[StoredRow]
-    first: int
-    last: int
-    prev: int | None
-
-
 class Collector:
     """A running component: a named durable subscription with a checkpoint per topic
-    partition (``CollectorOptions.members``/``member`` share partitions in a group).
+    partition (a static or leased group shares partitions: see ``CollectorOptions``).
 
     ``filters`` (per topic, from the component's ``where=``) are pushed down: into the
     store reads and onto live batches before rows are built; filtered-out events still
@@ -107,11 +79,17 @@ class Collector:
         self.options = opts = options or CollectorOptions()
         if not 0 <= opts.member < opts.members:
             raise SpecError(f"{self.name}: member must be 0..{opts.members - 1}")
-        #: The partitions this member owns, per topic.
+        #: The partitions this member owns, per topic (in a leased group: right now).
         self.owned: dict[str, list[int]] = {
             n: [p for p in range(t.partitions) if p % opts.members == opts.member]
             for n, t in self.topics.items()
         }
+        #: This process's membership of a leased group (None: static).
+        self.lease: Membership | None = None
+        if opts.group == "leased":
+            self.owned = {n: [] for n in self.topics}
+            worker = opts.worker or default_worker()
+            self.lease = Membership(self, worker, opts.lease_ttl, opts.heartbeat_interval)
         #: Last processed offset per (topic, partition).
         self.checkpoints: dict[Part, int] = {}
         self.filters = dict(filters or {})
@@ -144,27 +122,35 @@ class Collector:
             }
             return got, deadletter.parked_sync(self.db, conn, self.name)
 
-        await self._ensure_horizons()
+        await horizons.ensure_table(self.db)
+        if self.lease is not None:  # partitions come and go with their leases
+            await self.lease.start()
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+            return
         got, self.parked = await self.db.read(load)
         self.checkpoints = {(n, p): got.get((n, p), 0) for n in names for p in self.owned[n]}
         opts = self.options
         grouped = opts.members > 1
-        extra: dict[str, Any] = {}
-        if getattr(self.broker, "filters_types", False):
-            # The broker can drop messages of no wanted event type itself (SNS filter
-            # policies); what it still delivers is filtered here as always.
-            extra["types"] = self.wanted_types()
         self._sub = await self.broker.subscribe(
             f"{self.name}.m{opts.member}of{opts.members}" if grouped else self.name,
             names,
             self._on_messages,
             partitions=sorted({p for ps in self.owned.values() for p in ps}) if grouped else None,
-            **extra,
+            **self._subscribe_options(),
         )
         async with self._lock:
             for part in list(self.checkpoints):
                 await self._catch_up(part)
         self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    def _subscribe_options(self) -> dict[str, Any]:
+        """Adapter-specific keywords of ``Broker.subscribe``."""
+        extra: dict[str, Any] = {}
+        if getattr(self.broker, "filters_types", False):
+            # The broker can drop messages of no wanted event type itself (SNS filter
+            # policies); what it still delivers is filtered here as always.
+            extra["types"] = self.wanted_types()
+        return extra
 
     def wanted_types(self) -> dict[str, frozenset[str]]:
         """Per topic, the event types this collector needs when that is fewer than all
@@ -181,23 +167,14 @@ class Collector:
                 out[name] = types
         return out
 
-    async def _ensure_horizons(self) -> None:
-        """Create the retention horizons table if missing (catch-up reads check it)."""
-        from ..subscribe.tables import horizons  # lazily: reventless.subscribe loads sqlglot
-
-        try:
-            await self.db.write(lambda conn: horizons.create(conn, checkfirst=True))
-        except sa.exc.SQLAlchemyError:
-            # several processes starting at once may race to create it: one wins
-            exists = await self.db.read(lambda c: c.dialect.has_table(c, horizons.name))
-            if not exists:
-                raise
-
     async def stop(self) -> None:
-        """Stop delivery and polling (the checkpoint is already durable)."""
+        """Stop delivery and polling (the checkpoint is already durable); a leased member
+        gives its leases back, so others take its partitions over at once."""
         if self._poller is not None:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
+        if self.lease is not None:
+            await self.lease.stop()
         if self._sub is not None:
             await self._sub.close()
         self._running.set()
@@ -295,7 +272,7 @@ class Collector:
     async def _on_messages(self, msgs: Sequence[Message]) -> None:
         # Rows of consecutive messages of one topic partition become one batch: one
         # transaction. A message is one partition's run of offsets ``prev < o <= last``.
-        pending: list[_Run] = []
+        pending: list[Run] = []
         for msg in msgs:
             topic = self.topics.get(msg.topic)
             if topic is None:
@@ -309,15 +286,14 @@ class Collector:
             f = self.filters.get(msg.topic)
             if f is not None:  # before rows are built: filtered-out events cost no Python
                 data = f.table(data)
-            rows = topic.schema.from_arrow_rows(data, with_meta=True) if data.num_rows else []
             prev_h = msg.headers.get("rv-prev")
             prev = int(prev_h) if prev_h and prev_h.isdigit() else None
             run = pending[-1] if pending else None
             if run and (run.topic, run.partition) == (msg.topic, partition) and prev == run.last:
-                run.rows.extend(rows)
+                run.batches.append(data)
                 run.last = last
             else:
-                pending.append(_Run(msg.topic, partition, rows, first, last, prev))
+                pending.append(Run(msg.topic, partition, [], first, last, prev, [data]))
         for run in pending:
             async with self._lock:
                 await self._wait_running()
@@ -336,9 +312,9 @@ class Collector:
             await self._wait_running()
             for p, part in by_part.items():
                 kept = part if f is None else f.rows(part)
-                await self._deliver_run(_Run(topic, p, kept, part[0][0], part[-1][0], prev))
+                await self._deliver_run(Run(topic, p, kept, part[0][0], part[-1][0], prev))
 
-    async def _deliver_run(self, run: _Run) -> None:
+    async def _deliver_run(self, run: Run) -> None:
         key = (run.topic, run.partition)
         if key not in self.checkpoints or key in self.resnapshot_required:
             return  # another member's partition, or a stopped one
@@ -353,7 +329,9 @@ class Collector:
                 return
         cp = self.checkpoints[key]
         if run.last > cp:
-            await self._process_rows(key, [r for r in run.rows if r[0] > cp], through=run.last)
+            schema = self.topics[run.topic].schema
+            pages = run.pages(schema, cp, self.options.page_size)
+            await self._process_rows(key, pages, through=run.last)
 
     async def _catch_up(self, key: Part, upto: int | None = None) -> None:
         topic, partition = key
@@ -362,6 +340,8 @@ class Collector:
         dialect = "sqlite" if self.db.is_sqlite else "postgresql"
         while key not in self.resnapshot_required:
             await self._wait_running()
+            if key not in self.checkpoints:
+                return  # a leased partition this member lost meanwhile
             cp = self.checkpoints[key]
             if upto is not None and cp >= upto:
                 return
@@ -378,32 +358,15 @@ class Collector:
                 return
             if through <= cp:
                 return
-            await self._process_rows(key, rows, through=through)
+            await self._process_rows(key, [rows], through=through)
 
     async def _overtaken(self, key: Part, checkpoint: int) -> bool:
         """Whether retention deleted events after ``checkpoint`` of partition ``key``; if
         so the partition stops in ``resnapshot_required`` (and it is logged)."""
-        from ..subscribe.tables import horizons
-
-        topic, partition = key
-        stmt = sa.select(horizons.c.horizon).where(
-            horizons.c.topic == topic, horizons.c.partition == partition
-        )
-        horizon = await self.db.read(lambda conn: conn.execute(stmt).scalar())
-        if horizon is None or int(horizon) <= checkpoint:
-            return False
-        self.resnapshot_required[key] = int(horizon)
-        log.error(
-            "collector %s: retention deleted topic %s partition %d up to offset %d, past its "
-            "checkpoint %d: the partition is stopped (resnapshot required: rebuild the "
-            "state, then accept_resnapshot())",
-            self.name,
-            topic,
-            partition,
-            int(horizon),
-            checkpoint,
-        )
-        return True
+        found = await horizons.past(self.db, self.name, key, checkpoint)
+        if found is not None:
+            self.resnapshot_required[key] = found
+        return found is not None
 
     async def _poll(self) -> None:
         # Woken by commits (LISTEN/NOTIFY on PostgreSQL), else every poll_interval. Live
@@ -422,6 +385,8 @@ class Collector:
                             await self._catch_up(key)
             except asyncio.CancelledError:
                 raise
+            except LeaseLostError as exc:  # the member stops the partition (lease.py)
+                log.warning("collector %s: %s", self.name, exc)
             except Exception:
                 log.exception("collector %s: catch-up poll failed", self.name)
 
@@ -435,28 +400,40 @@ class Collector:
         ) and all(topic.partitions == 1 for topic in self.topics.values())
 
     async def _process_rows(
-        self, key: Part, rows: list[StoredRow], *, through: int | None = None
+        self, key: Part, pages: Iterable[list[StoredRow]], *, through: int | None = None
     ) -> None:
-        """Handle ``rows`` and move the checkpoint to the last of them, or to ``through``
-        when the run went further (rows the predicate filtered out)."""
+        """Handle ``pages`` of rows (offset order) and move the checkpoint to the last of
+        them, or to ``through`` when the run went further (rows the predicate filtered
+        out). Each page is one transaction: tens of thousands of live envelopes at once
+        cost more in cyclic GC passes (~3 us/event) than decoding them does."""
         topic, partition = key
-        handlers = self.dispatch.get(topic, {})
-        schema = self.topics[topic].schema
-        wildcard = "*" in handlers
-        # At most a page per transaction: tens of thousands of live envelopes at once
-        # cost more in cyclic GC passes (~3 us/event) than decoding them does.
-        step = self.options.page_size
-        chunks = [rows[i : i + step] for i in range(0, len(rows), step)] or [[]]
-        for n, chunk in enumerate(chunks):
+        chunks = iter(pages)  # each at most a page: Run.pages and the store reads cut them
+        chunk = next(chunks, [])
+        while key in self.checkpoints:  # not a leased partition lost meanwhile
+            following = next(chunks, None)
             end = chunk[-1][0] if chunk else self.checkpoints[key]
-            if n == len(chunks) - 1 and through is not None:
+            if following is None and through is not None:
                 end = max(end, through)
             if end <= self.checkpoints[key]:
                 return
-            envs = [envelope_of(schema, topic, r) for r in chunk if wildcard or r[5] in handlers]
-            await self.process(topic, partition, envs, end)
+            await self.process_page(topic, partition, chunk, end)
             self.checkpoints[key] = end
             self.processed += len(chunk)
+            if following is None:
+                return
+            chunk = following
+
+    async def process_page(
+        self, topic: str, partition: int, rows: list[StoredRow], checkpoint: int
+    ) -> None:
+        """Handle one page of stored rows (offset order) and durably move the partition's
+        checkpoint to ``checkpoint``: decodes the rows it has handlers for, then
+        ``process``."""
+        handlers = self.dispatch.get(topic, {})
+        schema = self.topics[topic].schema
+        wildcard = "*" in handlers
+        envs = [envelope_of(schema, topic, r) for r in rows if wildcard or r[5] in handlers]
+        await self.process(topic, partition, envs, checkpoint)
 
     def handler_for(self, ev: Envelope[Any]) -> HandlerSpec:
         """The handler registered for ``ev``'s topic and type."""
@@ -475,7 +452,11 @@ class Collector:
             self.parked.add((ev.topic, ev.aggregate_id))
 
     def checkpoint_sync(self, conn: Connection, topic: str, partition: int, offset: int) -> None:
-        """Upsert this collector's checkpoint inside the caller's transaction."""
+        """Upsert this collector's checkpoint inside the caller's transaction. In a leased
+        group it first checks that this member still holds the partition's lease, else
+        raises ``LeaseLostError`` so the whole transaction rolls back."""
+        if self.lease is not None:
+            self.lease.fence_sync(conn, topic, partition)
         q = self.db.q
         conn.exec_driver_sql(
             f"INSERT INTO rv_checkpoints (component, topic, {q('partition')}, {q('offset')}) "

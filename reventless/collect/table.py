@@ -75,6 +75,7 @@ class ReadModelTable(Generic[R]):
 
         Returns True when the model starts empty (new or reset).
         """
+        self.db.serialize_ddl(conn)
         fp = self.schema.fingerprint
         row = conn.execute(
             sa.select(tables.read_models).where(tables.read_models.c.name == self.model.name)

@@ -18,10 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from ..errors import ConcurrencyError
 from .database import Database
+
+#: Bound parameters per statement: SQLite's historical limit (999) keeps any build safe.
+_MAX_VARIABLES = 999
 
 #: A full stored row: META values (``codec.META_NAMES`` order) then the field values.
 StoredRow = tuple[Any, ...]
@@ -115,6 +119,7 @@ class Appender:
     def __init__(self, db: Database, table_of: Callable[[str], TableInfo]) -> None:
         self.db = db
         self.table_of = table_of
+        self._many: dict[tuple[str, int], str] = {}
 
     def group(self, cur: Any, *, reqs: list[AppendRequest]) -> list[AppendResult | Exception]:
         """Append ``reqs`` in the caller's transaction; clashes fail only their request."""
@@ -156,10 +161,23 @@ class Appender:
 
     def _insert(self, cur: Any, topic: str, rows: list[StoredRow]) -> None:
         sql = self.table_of(topic).insert_sql
-        if len(rows) == 1:
+        if len(rows) == 1:  # a lone command's event: the per-command hot path
             cur.execute(sql, rows[0])
-        else:
+            return
+        per = max(1, _MAX_VARIABLES // len(rows[0]))
+        if len(rows) < 2 * per:
             cur.executemany(sql, rows)
+            return
+        # Many rows per statement: ~15% less CPU per row than one row per step
+        many = self._many.get((sql, per))
+        if many is None:
+            values = sql[sql.index(" VALUES ") + len(" VALUES ") :]
+            many = self._many[(sql, per)] = sql + (", " + values) * (per - 1)
+        full = len(rows) - len(rows) % per
+        flat = chain.from_iterable
+        cur.executemany(many, [tuple(flat(rows[i : i + per])) for i in range(0, full, per)])
+        if full < len(rows):
+            cur.executemany(sql, rows[full:])
 
     def _one(self, cur: Any, req: AppendRequest) -> AppendResult:
         if req.command_id is not None:

@@ -29,6 +29,8 @@ from ..errors import StoreError
 
 T = TypeVar("T")
 log = logging.getLogger("reventless.store")
+#: The advisory lock key of ``Database.serialize_ddl`` ("rvddl" as an integer).
+_DDL_LOCK = 0x7276646463
 
 _SYNC_MODES = {"OFF", "NORMAL", "FULL", "EXTRA"}
 
@@ -256,6 +258,19 @@ class Database:
         if conn is None or conn.closed or conn.invalidated:
             conn = self._wconn = self.writer_engine.connect()
         return conn
+
+    def create_sync(self, conn: Connection, metadata: sa.MetaData) -> None:
+        """``metadata.create_all`` inside ``serialize_ddl`` (tables created if missing)."""
+        self.serialize_ddl(conn)
+        metadata.create_all(conn)
+
+    def serialize_ddl(self, conn: Connection) -> None:
+        """Make processes that create or change tables at once take turns: on PostgreSQL a
+        transaction-scoped advisory lock (concurrent ``CREATE TABLE`` of one name
+        otherwise fails on the catalog's unique index, e.g. replicas starting together);
+        SQLite's writers are serialised already."""
+        if not self.is_sqlite:
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_DDL_LOCK})")
 
     def write_sync(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one write transaction (call on the writer thread)."""

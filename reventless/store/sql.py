@@ -45,6 +45,9 @@ log = logging.getLogger("reventless.store")
 
 
 _MAX_GROUP = 2000
+#: A group commit stops taking requests once it holds this many rows, so a burst of
+#: large appends commits (and reaches the relay and the broker) in steps, not at once.
+_MAX_GROUP_ROWS = 10_000
 
 
 @dataclass(slots=True)
@@ -85,7 +88,7 @@ class SqlEventStore:
     async def open(self) -> None:
         """Open the database and create the system tables if missing."""
         await self.db.open()
-        await self.db.write(lambda conn: tables.metadata.create_all(conn))
+        await self.db.write(lambda conn: self.db.create_sync(conn, tables.metadata))
         if not self.db.is_sqlite:  # appends talk to PostgreSQL from the event loop
             from .pgasync import AsyncAppender
 
@@ -154,6 +157,7 @@ class SqlEventStore:
         encoded = base64.b64encode(schema.arrow_schema.serialize().to_pybytes()).decode()
 
         def work(conn: Connection) -> bool:
+            self.db.serialize_ddl(conn)
             row = conn.execute(
                 sa.select(tables.topics).where(tables.topics.c.name == topic.name)
             ).first()
@@ -240,8 +244,14 @@ class SqlEventStore:
     async def _drain(self) -> None:
         try:
             while self._pending:
-                batch = self._pending[:_MAX_GROUP]
-                del self._pending[:_MAX_GROUP]
+                take, rows = 0, 0
+                while take < min(len(self._pending), _MAX_GROUP) and (
+                    not take or rows < _MAX_GROUP_ROWS
+                ):
+                    rows += len(self._pending[take][0].rows)
+                    take += 1
+                batch = self._pending[:take]
+                del self._pending[:take]
                 reqs = [r for r, _ in batch]
                 work = partial(self._appender.group, reqs=reqs)
                 try:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 metadata = sa.MetaData()
 
@@ -54,6 +57,31 @@ checkpoints = sa.Table(
     sa.Column("offset", sa.BigInteger, nullable=False),
 )
 
+#: Leased collector groups (``CollectorOptions(group="leased")``): one row per component
+#: topic partition with its owner (a worker id; NULL when free), the lease expiry (seconds
+#: since the epoch, by the store's clock) and ``epoch``, which grows with every change of
+#: owner and fences the partition's checkpoint commits.
+collector_leases = sa.Table(
+    "rv_collector_leases",
+    metadata,
+    sa.Column("component", sa.String(200), primary_key=True),
+    sa.Column("topic", sa.String(200), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("owner", sa.String(200)),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False),
+)
+
+#: Live members of leased collector groups (their heartbeats): the fair share of each is
+#: the partitions divided by the members whose row has not expired.
+collector_members = sa.Table(
+    "rv_collector_members",
+    metadata,
+    sa.Column("component", sa.String(200), primary_key=True),
+    sa.Column("worker", sa.String(200), primary_key=True),
+    sa.Column("expires_at", sa.Double, nullable=False),
+)
+
 #: Dead letters: events a component gave up on, parked per aggregate until redriven.
 dead_letters = sa.Table(
     "rv_dead_letters",
@@ -87,3 +115,18 @@ read_models = sa.Table(
     sa.Column("table_name", sa.String(64), nullable=False),
     sa.Column("fingerprint", sa.String(64), nullable=False),
 )
+
+
+def insert_ignore(conn: Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    """Insert ``rows`` into ``table``, skipping those whose key exists (``ON CONFLICT DO
+    NOTHING`` on PostgreSQL and SQLite)."""
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        conn.execute(pg_insert(table).on_conflict_do_nothing(), rows)
+    else:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        conn.execute(sqlite_insert(table).on_conflict_do_nothing(), rows)

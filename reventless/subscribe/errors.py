@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import errors as _core
 from ..errors import ReventlessError
 
 
@@ -37,7 +38,7 @@ class AckBeyondHeadError(SubscriptionError):
     code = "ack_beyond_head"
 
 
-class LeaseLostError(SubscriptionError):
+class LeaseLostError(SubscriptionError, _core.LeaseLostError):
     """The worker does not hold the partition's lease (expired, taken over or never held)."""
 
     status = 409

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..store.tables import insert_ignore
 from . import tables
 from .catalog import col, events_of, head_sync
 from .errors import AckBeyondHeadError, BadRequestError, LeaseLostError, ResnapshotRequiredError
@@ -58,19 +59,6 @@ class Leases:
             "granted_at": self.granted_at,
             "expires_at": self.expires_at,
         }
-
-
-def _insert_ignore(conn: Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        return
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        conn.execute(pg_insert(table).on_conflict_do_nothing(), rows)
-    else:
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-        conn.execute(sqlite_insert(table).on_conflict_do_nothing(), rows)
 
 
 class Member:
@@ -116,7 +104,7 @@ class Member:
             until = now + self.ttl
             w_key = (_W.c.subscription_id == sid, _W.c.worker == me)
             if not conn.execute(_W.update().where(*w_key).values(expires_at=until)).rowcount:
-                _insert_ignore(
+                insert_ignore(
                     conn, _W, [{"subscription_id": sid, "worker": me, "expires_at": until}]
                 )
             conn.execute(_W.delete().where(_W.c.subscription_id == sid, _W.c.expires_at < now))
@@ -127,7 +115,7 @@ class Member:
             # the first (partitions % members) members by name take one extra partition
             share, extra = divmod(info.partitions, max(1, len(live)))
             fair = share + (1 if me in live and live.index(me) < extra else 0)
-            _insert_ignore(
+            insert_ignore(
                 conn,
                 _P,
                 [

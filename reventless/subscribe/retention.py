@@ -53,7 +53,7 @@ class Retention:
 
     async def open(self) -> None:
         """Create the retention tables if missing."""
-        await self.db.write(lambda conn: tables.metadata.create_all(conn))
+        await self.db.write(lambda conn: self.db.create_sync(conn, tables.metadata))
 
     async def _topic(self, name: str) -> TopicInfo:
         info = (await self.db.read(load_topics_sync)).get(name)

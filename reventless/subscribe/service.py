@@ -162,7 +162,7 @@ class Subscriptions:
         """Open the database (if owned) and create the subscription tables."""
         if self._owns_db:
             await self.db.open()
-        await self.db.write(lambda conn: tables.metadata.create_all(conn))
+        await self.db.write(lambda conn: self.db.create_sync(conn, tables.metadata))
 
     async def shutdown(self) -> None:
         """Close the database if this object opened it."""

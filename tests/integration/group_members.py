@@ -1,4 +1,8 @@
-"""A collector group member process (importable by spawned processes) and its read model."""
+"""A collector group member process (importable by spawned processes) and its read model.
+
+``python -m tests.integration.group_members STORE BROKER MEMBER MEMBERS`` runs member
+MEMBER of a static group; ``... STORE BROKER leased WORKER LABEL TTL HEARTBEAT POLL`` a
+member of a leased group (LABEL is what its rows record in ``member``)."""
 
 from __future__ import annotations
 
@@ -43,13 +47,41 @@ def member_app(store: str, broker: str, member: int, members: int, poll: float) 
     return app
 
 
-async def _serve(store: str, broker: str, member: int, members: int) -> None:
-    app = member_app(store, broker, member, members, poll=60.0)
+def leased_app(
+    store: str,
+    broker: str | rv.Broker,
+    worker: str,
+    label: int,
+    *,
+    ttl: float,
+    heartbeat: float,
+    poll: float,
+) -> rv.App:
+    """A member of the leased group of the ``ordered`` read model (4 partitions)."""
+    options = rv.AppOptions(
+        partitions=4,
+        collector=rv.CollectorOptions(
+            group="leased", worker=worker, lease_ttl=ttl, heartbeat=heartbeat, poll_interval=poll
+        ),
+    )
+    app = rv.App(store=store, broker=broker, options=options)
+    app.event_log(Counter)
+    app.collect(ordered(label))
+    return app
+
+
+async def _serve(app: rv.App) -> None:
     async with app:
         print("ready", flush=True)
         await asyncio.sleep(3600)
 
 
 if __name__ == "__main__":
-    store, broker, member, members = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    asyncio.run(_serve(store, broker, member, members))
+    store, broker = sys.argv[1], sys.argv[2]
+    if sys.argv[3] == "leased":
+        worker, label = sys.argv[4], int(sys.argv[5])
+        ttl, heartbeat, poll = (float(a) for a in sys.argv[6:9])
+        app = leased_app(store, broker, worker, label, ttl=ttl, heartbeat=heartbeat, poll=poll)
+    else:
+        app = member_app(store, broker, int(sys.argv[3]), int(sys.argv[4]), poll=60.0)
+    asyncio.run(_serve(app))

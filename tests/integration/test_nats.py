@@ -278,3 +278,48 @@ async def test_a_failed_build_leaves_no_stream_behind(
 async def _streams(js: Any) -> AsyncIterator[Any]:
     for info in await js.streams_info():
         yield info
+
+
+async def test_pages_over_max_payload_are_split_not_dropped(
+    tmp_path: Path, nats_url: str, js: Any
+) -> None:
+    """A commit whose page is larger than the server's max_payload (1 MiB) travels as
+    several messages chained by rv-prev: nothing is dropped, nothing read from the store."""
+    options = rv.AppOptions(collector=rv.CollectorOptions(poll_interval=60, grace=60))
+    app = rv.App(store=f"sqlite:///{tmp_path / 'store.db'}", broker=nats_url, options=options)
+    log = app.event_log(Noted)
+    seen: list[int] = []
+    probe = rv.SideEffectHandler("big_probe")
+
+    @probe.on(NoteAdded)
+    def _saw(ev: rv.Envelope[NoteAdded]) -> None:
+        assert ev.offset is not None
+        seen.append(ev.offset)
+
+    app.collect(probe)
+    async with app:
+        broker: Any = app.broker
+        assert broker.max_message_bytes < 1 << 20
+        await log.append(
+            "n-1", [NoteAdded(text=f"{i:04d}" + "x" * 3000) for i in range(900)], expected_version=0
+        )
+        await app.settle(timeout=30)
+        assert seen == list(range(1, 901))
+        assert broker.oversized_dropped == 0
+        msgs = await stream_messages(js, broker.stream_name("Noted"))
+        assert len(msgs) > 2 and all(len(m.data) <= broker.max_message_bytes for m in msgs)
+        prevs = [int(m.headers["rv-prev"]) for m in msgs]
+        lasts = [int(m.headers["rv-last"]) for m in msgs]
+        assert prevs == [0, *lasts[:-1]]  # chained
+
+
+class NoteAdded(rv.Event):
+    text: str
+
+
+class Noted(rv.Aggregate):
+    events = NoteAdded
+
+    @rv.applies(NoteAdded)
+    def _added(self, e: NoteAdded) -> None:
+        pass

@@ -4,30 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
-from pydantic import BaseModel
 
 import reventless as rv
-from tests.integration.pg_writers import write
+from tests.integration.pg_writers import seen, start_replica, write
 from tests.model import Counter, Increment, Incremented
 
 pytestmark = pytest.mark.postgres
-
-
-class Seen(BaseModel):
-    offset: int
-    aggregate: str
-
-
-seen = rv.ReadModel("seen_offsets", row=Seen, key="offset")
-
-
-@seen.on(Incremented)
-def _seen(ev: rv.Envelope[Incremented]) -> rv.Upsert[Seen]:
-    assert ev.aggregate_id is not None
-    return rv.Upsert(Seen(offset=ev.offset, aggregate=ev.aggregate_id))
 
 
 @pytest.mark.slow
@@ -104,3 +90,33 @@ async def test_killed_connections_give_a_typed_error_and_recover(pg_url: str) ->
         landed = sum(isinstance(o, rv.ExecuteResult) for o in outcomes)
         log.forget()
         assert (await log.load("a")).value == 1 + landed  # nothing half-written
+
+
+async def test_replicas_starting_at_once_create_the_tables_once(pg_url: str) -> None:
+    """Processes of one App starting together on an empty database (replicas of a
+    deployment): no start fails on PostgreSQL's catalog (concurrent CREATE TABLE of one
+    name) or on the relay's position row, and every table exists once."""
+    procs = 4
+    loop = asyncio.get_running_loop()
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(procs, mp_context=ctx) as pool:
+        start_at = time.time() + 4.0  # after the workers have imported: they collide
+        counts = await asyncio.gather(
+            *(loop.run_in_executor(pool, start_replica, pg_url, start_at) for _ in range(procs))
+        )
+    assert all(1 <= c <= procs for c in counts)
+    app = rv.App(store=pg_url)
+    app.event_log(Counter)
+    view = app.collect(seen)
+    async with app:
+        await app.settle(timeout=30)
+        assert await view.count() == procs  # each replica's event, once
+        tables = await app.store.db.read(
+            lambda c: c.exec_driver_sql(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema()"
+            ).all()
+        )
+    names = [t for (t,) in tables]
+    assert {"rv_topics", "rv_read_models", "rv_relay", "rv_collector_leases"} <= set(names)
+    assert sum(n.startswith("rm_seen_offsets") for n in names) == 1

@@ -198,5 +198,6 @@ class SnsSqsOptions:
         return msg_id if _DEDUP_SAFE.match(msg_id) else hashlib.sha256(msg_id.encode()).hexdigest()
 
     def base_group(self, group: str) -> str:
-        """The collector a consumer group belongs to (``name.m0of2`` -> ``name``)."""
-        return re.sub(r"\.m\d+of\d+$", "", group)
+        """The collector a consumer group belongs to (``name.m0of2`` -> ``name``, a leased
+        group's ``name.lease.<topic>.<partition>`` -> ``name``)."""
+        return re.sub(r"\.(m\d+of\d+|lease\..+\.\d+)$", "", group)

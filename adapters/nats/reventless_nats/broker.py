@@ -52,6 +52,8 @@ MSG_ID = "Nats-Msg-Id"
 KEY = "Rv-Key"
 _EXPECTED_STREAM = "Nats-Expected-Stream"
 _RESERVED = (MSG_ID, KEY, _EXPECTED_STREAM)
+#: Bytes of ``max_payload`` kept for headers (ids, offsets, the event types).
+_HEADER_ROOM = 8192
 _STREAM_NAME_IN_USE = 10058
 _CONSUMER_ALREADY_EXISTS = (10013, 10105, 10148)
 
@@ -99,6 +101,13 @@ class JetStreamBroker:
         self.published = 0
         self.duplicates_dropped = 0
         self.oversized_dropped = 0
+
+    @property
+    def max_message_bytes(self) -> int:
+        """Payload bytes one message may carry: the server's ``max_payload`` (1 MiB by
+        default) less room for the headers. The relay splits larger pages to fit."""
+        limit = self._nc.max_payload if self._nc is not None else 1 << 20
+        return max(1024, limit - _HEADER_ROOM)
 
     @classmethod
     def from_url(cls, url: str) -> JetStreamBroker:
