@@ -34,8 +34,9 @@ services:
 # Spark (the `spark` tests): loopback only, few shuffle partitions on this small machine.
 test: export SPARK_LOCAL_IP ?= 127.0.0.1
 test: export REVENTLESS_SPARK_PARTITIONS ?= 2
+# A backstop beyond pytest-timeout's per-test limit: the whole run ends within 45 minutes.
 test: lint services
-	$(BIN)/pytest $(PYTEST_ARGS)
+	timeout -k 60 2700 $(BIN)/pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow and not postgres and not nats and not aws and not spark" $(PYTEST_ARGS)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import faulthandler
+import gc
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +30,27 @@ settings.register_profile(
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 STORE_KINDS = ["sqlite-file", "sqlite-memory"]
+
+
+def pytest_exception_interact(node: pytest.Item, call: pytest.CallInfo[None]) -> None:
+    """When pytest-timeout stops a hung test, print where each pending asyncio task waits:
+    the timeout's own traceback only shows the event loop's ``select``."""
+    if call.excinfo is None or "from pytest-timeout" not in str(call.excinfo.value):
+        return
+    tasks = [o for o in gc.get_objects() if isinstance(o, asyncio.Task) and not o.done()]
+    print(f"\n+++ {node.nodeid}: {len(tasks)} pending asyncio tasks +++", file=sys.stderr)
+    for task in tasks:
+        print(f"--- {task.get_name()}", file=sys.stderr)
+        aw: object = task.get_coro()
+        while aw is not None:  # the whole await chain, not only the outer coroutine
+            frame = getattr(aw, "cr_frame", None) or getattr(aw, "ag_frame", None)
+            if frame is not None:
+                code = frame.f_code
+                print(f"  {code.co_filename}:{frame.f_lineno} {code.co_name}", file=sys.stderr)
+            aw = getattr(aw, "cr_await", None) or getattr(aw, "ag_await", None)
+    print("+++ threads +++", file=sys.stderr)
+    sys.stderr.flush()
+    faulthandler.dump_traceback(all_threads=True)
 
 
 def make_url(kind: str, tmp_path: Path) -> str:

@@ -29,8 +29,12 @@ from ..errors import StoreError
 
 T = TypeVar("T")
 log = logging.getLogger("reventless.store")
-#: The advisory lock key of ``Database.serialize_ddl`` ("rvddl" as an integer).
-_DDL_LOCK = 0x7276646463
+#: The advisory lock class of ``Database.serialize_ddl`` ("rvdd" as an integer); the
+#: second key is the schema's hash, so stores in other schemas do not wait on each other.
+_DDL_LOCK = 0x72766464
+#: How long DDL waits for another process's DDL (or a table lock) before it fails
+#: instead of hanging: a stuck peer becomes an error at start-up.
+_DDL_LOCK_TIMEOUT = "120s"
 
 _SYNC_MODES = {"OFF", "NORMAL", "FULL", "EXTRA"}
 
@@ -268,9 +272,14 @@ class Database:
         """Make processes that create or change tables at once take turns: on PostgreSQL a
         transaction-scoped advisory lock (concurrent ``CREATE TABLE`` of one name
         otherwise fails on the catalog's unique index, e.g. replicas starting together);
-        SQLite's writers are serialised already."""
+        SQLite's writers are serialised already. The lock is per schema (catalog names
+        clash only within one) and its wait is bounded by ``lock_timeout``."""
         if not self.is_sqlite:
-            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_DDL_LOCK})")
+            conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{_DDL_LOCK_TIMEOUT}'")
+            conn.exec_driver_sql(
+                f"SELECT pg_advisory_xact_lock({_DDL_LOCK}, "
+                "hashtext(coalesce(current_schema(), '')))"
+            )
 
     def write_sync(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one write transaction (call on the writer thread)."""
