@@ -349,18 +349,26 @@ async def test_a_member_whose_lease_was_taken_over_cannot_commit(store: str) -> 
         assert letters == []
 
 
-@pytest.mark.nats
-async def test_leased_members_share_a_nats_topic_through_partition_consumers(
-    tmp_path: Path, nats_url: str
-) -> None:
-    from reventless_nats import NatsOptions
+@pytest.fixture(
+    params=[
+        pytest.param("nats", marks=pytest.mark.nats),
+        pytest.param("sns+sqs", marks=pytest.mark.aws),
+    ]
+)
+def broker_url(request: pytest.FixtureRequest) -> str:
+    """A private JetStream server, or SNS/SQS on the session's moto server (own prefix)."""
+    return str(request.getfixturevalue("nats_url" if request.param == "nats" else "sns_sqs_url"))
 
+
+async def test_leased_members_share_a_broker_topic_through_partition_groups(
+    tmp_path: Path, broker_url: str
+) -> None:
     store = f"sqlite:///{tmp_path / 'group.db'}"
-    writer = rv.App(store=store, broker=nats_url, options=rv.AppOptions(partitions=PARTS))
+    writer = rv.App(store=store, broker=broker_url, options=rv.AppOptions(partitions=PARTS))
     log = writer.event_log(Counter)
-    # the store is polled once a minute: live delivery comes through JetStream
+    # the store is polled once a minute: live delivery comes through the broker
     kw = {"ttl": 5.0, "heartbeat": 0.1, "poll": 60.0}
-    a, b, c = (leased_app(store, nats_url, w, i, **kw) for i, w in enumerate("abc"))
+    a, b, c = (leased_app(store, broker_url, w, i, **kw) for i, w in enumerate("abc"))
     async with writer, a, b:
 
         async def two_two() -> bool:
@@ -374,7 +382,7 @@ async def test_leased_members_share_a_nats_topic_through_partition_consumers(
                 return split(a, b, c) == [2, 1, 1]
 
             await until(rebalanced)
-            # c reads the partition it took through the durable consumer a or b used
+            # c reads the partition it took through the consumer or queue a or b used
             after = await write_commands(log, 24, 3)
             counts = merge(first, after)
             total = sum(counts.values())
@@ -382,21 +390,29 @@ async def test_leased_members_share_a_nats_topic_through_partition_consumers(
             async def all_landed() -> bool:
                 return await events_landed(writer) >= total
 
-            await until(all_landed, timeout=15.0)
+            await until(all_landed, timeout=30.0)
             rows, letters = await rows_and_letters(writer)
             assert letters == []
             assert {r[0]: r[1] for r in rows} == counts
             processed = [m.collector("ordered").processed for m in (a, b, c)]
             assert sum(processed) == total
             assert all(n > 0 for n in processed)
+    groups = [lease_group("ordered", "Counter", p) for p in range(PARTS)]
+    if broker_url.startswith("nats"):
         # one durable consumer per partition, shared by its owners in turn, all acked
-        infos = await consumers(nats_url, "Counter")
-        opts = NatsOptions.from_url(nats_url)
+        from reventless_nats import NatsOptions
+
+        infos = await consumers(broker_url, "Counter")
+        opts = NatsOptions.from_url(broker_url)
         assert {i.name for i in infos} == {
-            opts.durable_name(lease_group("ordered", "Counter", p), p % opts.partitions)
-            for p in range(PARTS)
+            opts.durable_name(g, p % opts.partitions) for p, g in enumerate(groups)
         }
         assert all(i.delivered.stream_seq and not i.num_ack_pending for i in infos)
+    else:
+        # one queue (and dead-letter queue) per partition, every message deleted
+        depths = await queue_depths(broker_url, groups)
+        assert len(depths) == 2 * PARTS
+        assert all(n == 0 for n in depths.values()), depths
 
 
 async def consumers(url: str, topic: str) -> list[Any]:
@@ -410,3 +426,27 @@ async def consumers(url: str, topic: str) -> list[Any]:
         return list(await nc.jetstream().consumers_info(opts.stream_name(topic)))
     finally:
         await nc.close()
+
+
+async def queue_depths(url: str, groups: list[str]) -> dict[str, int]:
+    """Messages left (visible or in flight) in each group's queue and dead-letter queue."""
+    from aiobotocore.session import get_session
+    from reventless_aws.options import SnsSqsOptions
+
+    opts = SnsSqsOptions.from_url(url)
+    attrs = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    out: dict[str, int] = {}
+    async with get_session().create_client(
+        "sqs",
+        region_name=opts.region,
+        endpoint_url=opts.endpoint,
+        aws_access_key_id=opts.access_key,
+        aws_secret_access_key=opts.secret_key,
+    ) as sqs:
+        for name in [n for g in groups for n in (opts.queue_name(g), opts.dlq_name(g))]:
+            queue = (await sqs.get_queue_url(QueueName=name))["QueueUrl"]
+            got = (await sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=attrs))[
+                "Attributes"
+            ]
+            out[name] = sum(int(got[a]) for a in attrs)
+    return out
