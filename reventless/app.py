@@ -322,8 +322,7 @@ class App:
     def _group(self, name: str) -> str:
         """The broker consumer group of component ``name`` in a static group (as its
         collector subscribes)."""
-        o = self.options.collector
-        return f"{name}.m{o.member}of{o.members}" if o.members > 1 else name
+        return self.options.collector.static_group(name)
 
     def _groups(self, name: str) -> list[str]:
         """Every broker consumer group component ``name`` may subscribe with: one, or in a

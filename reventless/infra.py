@@ -24,6 +24,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from .codec import TopicSchema
 from .collect.component import ReadModel
+from .collect.lease import group_name as lease_group
 from .collect.where import compile_where, narrow
 from .errors import SpecError
 from .store import tables
@@ -43,6 +44,9 @@ class CollectorChannel:
     group: str
     topics: dict[str, frozenset[str] | None]
     ordered: bool = True
+    #: The topic partitions this channel carries, when it is one static member's share
+    #: or one leased partition's consumer group (None: all of them).
+    partitions: frozenset[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +80,37 @@ def channels_of(app: App) -> Channels:
             t: narrow(None if "*" in handlers else frozenset(handlers), filters, t)
             for t, handlers in dispatch.items()
         }
-        collectors.append(CollectorChannel(app._group(name), reads, comp.ordered))
+        collectors.extend(_member_channels(app, name, reads, comp.ordered))
     out = Channels(topics, collectors)
     out.validate()
     return out
+
+
+def _member_channels(
+    app: App, name: str, reads: dict[str, frozenset[str] | None], ordered: bool
+) -> list[CollectorChannel]:
+    """The channels component ``name`` runs on: one; in a static group of several members
+    one per member with its share of the partitions; in a leased group one per topic
+    partition (whichever member holds its lease subscribes)."""
+    o = app.options.collector
+    sizes = {t: app.topics[t].definition.partitions for t in reads}
+    if o.group == "leased":
+        return [
+            CollectorChannel(lease_group(name, t, p), {t: reads[t]}, ordered, frozenset({p}))
+            for t in reads
+            for p in range(sizes[t])
+        ]
+    if o.members == 1:
+        return [CollectorChannel(name, reads, ordered)]
+    return [
+        CollectorChannel(
+            o.static_group(name, m),
+            reads,
+            ordered,
+            frozenset(p for n in sizes.values() for p in o.static_share(n, m)),
+        )
+        for m in range(o.members)
+    ]
 
 
 def sql_ddl(app: App, dialect: str = "sqlite") -> str:
@@ -144,23 +175,27 @@ def jetstream(channels: Channels, nats_url: str = "nats://127.0.0.1:4222") -> di
             }
         )
     consumers = []
-    for c in channels.collectors:
-        for topic in c.topics:
-            consumers.append(
-                {
-                    "stream_name": o.stream_name(topic),
-                    "config": {
-                        "name": o.durable_name(c.group),
-                        "durable_name": o.durable_name(c.group),
-                        "description": f"reventless group {c.group} on topic {topic}",
-                        "filter_subject": o.subjects(topic),
-                        "ack_policy": "explicit",
-                        "deliver_policy": "new",
-                        "ack_wait": int(o.ack_wait * 1e9),
-                        "max_deliver": o.max_deliver,
-                    },
-                }
-            )
+    for c, topic, part in (
+        (ch, t, part)
+        for ch in channels.collectors
+        for t in ch.topics
+        for part in o.subject_parts(ch.partitions)
+    ):
+        consumers.append(
+            {
+                "stream_name": o.stream_name(topic),
+                "config": {
+                    "name": o.durable_name(c.group, part),
+                    "durable_name": o.durable_name(c.group, part),
+                    "description": f"reventless group {c.group} on topic {topic}",
+                    "filter_subject": o.subjects(topic, part),
+                    "ack_policy": "explicit",
+                    "deliver_policy": "new",
+                    "ack_wait": int(o.ack_wait * 1e9),
+                    "max_deliver": o.max_deliver,
+                },
+            }
+        )
     return {"streams": streams, "consumers": consumers}
 
 

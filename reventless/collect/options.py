@@ -57,6 +57,18 @@ class CollectorOptions:
             if self.worker is not None and not 0 < len(self.worker) <= 200:
                 raise SpecError("a worker id has 1..200 characters")
 
+    def static_group(self, component: str, member: int | None = None) -> str:
+        """The broker consumer group of ``component``'s static member ``member`` (default
+        this process's): the component's name, or ``<name>.m<member>of<members>``."""
+        m = self.member if member is None else member
+        return f"{component}.m{m}of{self.members}" if self.members > 1 else component
+
+    def static_share(self, partitions: int, member: int | None = None) -> list[int]:
+        """The partitions of a topic (of ``partitions``) that static member ``member``
+        (default this process's) owns: ``p % members == member``."""
+        m = self.member if member is None else member
+        return [p for p in range(partitions) if p % self.members == m]
+
     @property
     def heartbeat_interval(self) -> float:
         """Seconds between lease heartbeats (``heartbeat``, default ``lease_ttl / 3``)."""

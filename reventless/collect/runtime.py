@@ -81,8 +81,7 @@ class Collector:
             raise SpecError(f"{self.name}: member must be 0..{opts.members - 1}")
         #: The partitions this member owns, per topic (in a leased group: right now).
         self.owned: dict[str, list[int]] = {
-            n: [p for p in range(t.partitions) if p % opts.members == opts.member]
-            for n, t in self.topics.items()
+            n: opts.static_share(t.partitions) for n, t in self.topics.items()
         }
         #: This process's membership of a leased group (None: static).
         self.lease: Membership | None = None
@@ -132,7 +131,7 @@ class Collector:
         opts = self.options
         grouped = opts.members > 1
         self._sub = await self.broker.subscribe(
-            f"{self.name}.m{opts.member}of{opts.members}" if grouped else self.name,
+            opts.static_group(self.name),
             names,
             self._on_messages,
             partitions=sorted({p for ps in self.owned.values() for p in ps}) if grouped else None,

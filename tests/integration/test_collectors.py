@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -274,6 +275,21 @@ asyncio.run(main())
 """
 
 
+async def checkpoint_past(db: Path, offset: int) -> int:
+    """Wait until the collector's checkpoint in ``db`` passes ``offset``; return it."""
+    import sqlite3
+
+    while True:
+        with contextlib.closing(sqlite3.connect(db, timeout=5)) as conn:
+            try:
+                row = conn.execute('SELECT MAX("offset") FROM rv_checkpoints').fetchone()
+            except sqlite3.OperationalError:  # the table is not there yet
+                row = None
+        if row and row[0] is not None and row[0] > offset:
+            return int(row[0])
+        await asyncio.sleep(0.02)
+
+
 @pytest.mark.slow
 async def test_crash_between_handler_and_checkpoint_replays_without_double_effect(
     tmp_path: Path,
@@ -290,13 +306,15 @@ async def test_crash_between_handler_and_checkpoint_replays_without_double_effec
     import sys
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    for _ in range(2):  # kill the projection mid-batch, twice
+    seen = 0
+    for _ in range(2):  # kill the projection mid-batch, twice, once it has moved on
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(script), url, stdout=asyncio.subprocess.PIPE, env=env
         )
         assert proc.stdout is not None
         await proc.stdout.readline()
-        await asyncio.sleep(0.6)
+        seen = await asyncio.wait_for(checkpoint_past(tmp_path / "crash.db", seen), 60)
+        await asyncio.sleep(0.05)  # into its next batch
         proc.kill()
         await proc.wait()
     check = rv.App(store=url)

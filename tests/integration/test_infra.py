@@ -23,9 +23,11 @@ from typing import Any
 
 import pytest
 
+import reventless as rv
 from reventless.cli import main as cli
-from reventless.infra import Channels, CollectorChannel, channels_of
+from reventless.infra import Channels, CollectorChannel, channels_of, jetstream
 from reventless.testing.broker_suite import BrokerConformance
+from tests.model import Counter
 from tests.moto_server import MotoServer, aws_url, require_adapter
 
 pytestmark = pytest.mark.aws
@@ -198,3 +200,65 @@ def test_channels_of_an_app_name_topics_collectors_and_filters() -> None:
 def _no_demo_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.chdir(tmp_path)  # the shop app's default store path stays in tmp
     yield
+
+
+def test_group_members_and_leases_get_channels_of_their_partitions() -> None:
+    from tests.integration.group_members import leased_app, member_app
+
+    kw = {"ttl": 5.0, "heartbeat": 0.1, "poll": 60.0}
+    leased = channels_of(leased_app("sqlite://", "memory://", "a", 0, **kw))
+    assert [(c.group, c.partitions) for c in leased.collectors] == [
+        (f"ordered.lease.Counter.{p}", frozenset({p})) for p in range(4)
+    ]
+    static = channels_of(member_app("sqlite://", "memory://", 1, 2, poll=60.0))
+    assert [(c.group, c.partitions) for c in static.collectors] == [
+        ("ordered.m0of2", frozenset({0, 2})),
+        ("ordered.m1of2", frozenset({1, 3})),
+    ]
+    from reventless_nats import NatsOptions
+
+    url = "nats://127.0.0.1:4222?partitions=2"
+    consumers = [c["config"] for c in jetstream(leased, url)["consumers"]]
+    o = NatsOptions.from_url(url)  # as the broker names a leased partition's consumer
+    assert {c["name"]: c["filter_subject"] for c in consumers} == {
+        o.durable_name(f"ordered.lease.Counter.{p}", p % 2): f"rv.Counter.{p % 2}" for p in range(4)
+    }
+
+
+async def test_leased_members_run_on_a_deployed_stack(
+    tmp_path: Path, moto_server: MotoServer
+) -> None:
+    """Synthesised for a leased group, deployed by CloudFormation, then run with
+    ``create=false``: each partition's queue is in the template, with its key filter."""
+    from reventless_aws.cloudformation import template
+
+    from tests.integration.group_members import leased_app
+    from tests.integration.test_groups import rows_and_letters, write_commands
+    from tests.integration.test_leased_groups import PARTS, events_landed, split, until
+
+    prefix = f"l{uuid.uuid4().hex[:8]}"
+    url = aws_url(moto_server, prefix=prefix, create="false")
+    store = f"sqlite:///{tmp_path / 'group.db'}"
+    kw = {"ttl": 5.0, "heartbeat": 0.1, "poll": 60.0}
+    a, b = (leased_app(store, url, w, i, **kw) for i, w in enumerate("ab"))
+    deploy(moto_server, template(channels_of(a), url), f"rv-{prefix}")
+    writer = rv.App(store=store, broker=url, options=rv.AppOptions(partitions=PARTS))
+    log = writer.event_log(Counter)
+    async with writer, a, b:
+
+        async def two_two() -> bool:
+            return split(a, b) == [2, 2]
+
+        await until(two_two)
+        counts = await write_commands(log, 16, 3)
+
+        async def all_landed() -> bool:
+            return await events_landed(writer) >= sum(counts.values())
+
+        await until(all_landed, timeout=30.0)
+        rows, letters = await rows_and_letters(writer)
+        assert letters == []
+        assert {r[0]: r[1] for r in rows} == counts
+        for app in (writer, a, b):
+            calls = app.broker.calls  # type: ignore[attr-defined]
+            assert calls["CreateQueue"] == calls["CreateTopic"] == calls["Subscribe"] == 0

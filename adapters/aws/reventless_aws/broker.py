@@ -475,13 +475,7 @@ class SnsSqsBroker(QueueOps):
         types: Collection[str] | None = None,
     ) -> None:
         attrs = {"RawMessageDelivery": "true"}
-        policy: dict[str, list[str]] = {}
-        if partitions is not None and 0 < len(partitions) <= 100:
-            # Collector group members: SNS delivers only the member's partitions.
-            policy[codec.KEY] = [str(p) for p in sorted(partitions)]
-        if types and len(types) <= 100:
-            # Only messages holding at least one wanted event type (a String.Array).
-            policy[codec.TYPES] = sorted(types)
+        policy = codec.filter_policy(partitions, types)
         if policy:
             attrs["FilterPolicy"] = json.dumps(policy)
         await self._sns().subscribe(

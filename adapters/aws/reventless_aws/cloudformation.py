@@ -26,9 +26,6 @@ from .options import SnsSqsOptions
 if TYPE_CHECKING:
     from reventless.infra import Channels
 
-#: SNS allows at most 150 values in one filter policy.
-_MAX_FILTER_VALUES = 150
-
 
 def logical_id(name: str, taken: dict[str, str] | None = None) -> str:
     """A CloudFormation logical id (alphanumeric, CamelCase) for ``name``; when two names
@@ -120,7 +117,7 @@ def template(channels: Channels, url: str = "sns+sqs://us-east-1") -> dict[str, 
                 "Endpoint": {"Fn::GetAtt": [qid, "Arn"]},
                 "RawMessageDelivery": True,
             }
-            policy = filter_policy(handled, channels.topics[topic][1])
+            policy = filter_policy(handled, channels.topics[topic][1], c.partitions)
             if policy is not None:
                 sub |= {"FilterPolicy": policy, "FilterPolicyScope": "MessageAttributes"}
             resources[f"{qid}{topic_ids[topic]}Subscription"] = {
@@ -142,15 +139,17 @@ def template(channels: Channels, url: str = "sns+sqs://us-east-1") -> dict[str, 
     }
 
 
-def filter_policy(handled: frozenset[str] | None, all_types: frozenset[str]) -> Any:
-    """The SNS filter policy of a collector on one topic: only messages that carry one of
-    the event types it handles (``rv-types``); None when it takes everything or the list
-    is too long for SNS. A message can hold several types: it passes if any matches."""
-    if handled is None or not all_types or handled >= all_types:
-        return None
-    if not handled or len(handled) > _MAX_FILTER_VALUES:
-        return None
-    return {codec.TYPES: sorted(handled)}
+def filter_policy(
+    handled: frozenset[str] | None,
+    all_types: frozenset[str],
+    partitions: frozenset[int] | None = None,
+) -> Any:
+    """The SNS filter policy of a collector's subscription to one topic: only messages
+    that carry one of the event types it handles (``rv-types``), when that is fewer than
+    all, and only its ``partitions`` (``rv-key``) when it is a group member's or a lease's
+    channel; the same policy ``SnsSqsBroker`` subscribes with. None: no filter."""
+    narrower = handled is not None and bool(all_types) and not handled >= all_types
+    return codec.filter_policy(partitions, handled if narrower else None)
 
 
 def as_json(doc: dict[str, Any]) -> str:

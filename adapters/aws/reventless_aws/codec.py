@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from reventless.broker import Message
@@ -27,6 +27,26 @@ TOPIC, MSG_ID, KEY, HEADERS, TYPES = "rv-topic", "rv-id", "rv-key", "rv-headers"
 ERROR, COMPONENT, RECEIVES = "rv-error", "rv-component", "rv-receives"
 #: The relay header listing a message's event types (comma separated).
 TYPES_HEADER = "rv-types"
+
+
+#: SNS allows at most 150 values in one filter policy (the product over its keys).
+MAX_FILTER_VALUES = 150
+
+
+def filter_policy(
+    partitions: Collection[int] | None, types: Collection[str] | None
+) -> dict[str, list[str]] | None:
+    """The SNS filter policy of a subscription: only the topic partitions of a collector
+    group's member or lease (``rv-key``), only messages holding one of ``types``
+    (``rv-types``, a ``String.Array``: one match passes). A key that would take the policy
+    past SNS's limit is left out (the collector filters what arrives again); the
+    partitions go first, they decide which member a message is for. None: no filter."""
+    policy: dict[str, list[str]] = {}
+    if partitions and len(partitions) <= MAX_FILTER_VALUES:
+        policy[KEY] = [str(p) for p in sorted(partitions)]
+    if types and len(types) * len(policy.get(KEY, [""])) <= MAX_FILTER_VALUES:
+        policy[TYPES] = sorted(types)
+    return policy or None
 
 
 class MessageTooLargeError(BrokerError):

@@ -419,9 +419,7 @@ class JetStreamBroker:
     ) -> JetStreamSubscription:
         joined: list[tuple[_Pump, _Member]] = []
         try:
-            n = self.options.partitions
-            parts = sorted({p % n for p in partitions}) if partitions is not None else []
-            subject_parts: list[int | None] = [*parts] if 0 < len(parts) < n else [None]
+            subject_parts = self.options.subject_parts(partitions)
             for topic in dict.fromkeys(topics):
                 for part in subject_parts:
                     pump = self._pumps.get((group, topic, part))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass, fields
 from urllib.parse import parse_qsl, urlsplit
 
@@ -150,6 +151,13 @@ class NatsOptions:
         """All subjects of ``topic`` (the stream's subjects, a whole group's filter), or
         the one subject of subject partition ``part`` (a group member's filter)."""
         return f"{self.prefix}.{token(topic)}.{'>' if part is None else part}"
+
+    def subject_parts(self, partitions: Collection[int] | None) -> list[int | None]:
+        """The subject partitions a consumer of these topic partitions filters on, one
+        durable consumer each; ``[None]`` (the whole topic) for all or none of them."""
+        n = self.partitions
+        parts = sorted({p % n for p in partitions}) if partitions is not None else []
+        return [*parts] if 0 < len(parts) < n else [None]
 
     def durable_name(self, group: str, part: int | None = None) -> str:
         """The durable consumer of ``group`` on a stream (of its subject ``part``, for a
