@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -45,10 +45,17 @@ def require_adapter() -> None:
 class NatsServer:
     """One nats-server with JetStream on 127.0.0.1; ``kill``/``start`` keep port and data."""
 
-    def __init__(self, binary: str, store_dir: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        binary: str,
+        store_dir: Path,
+        port: int | None = None,
+        extra: Sequence[str] = (),
+    ) -> None:
         self.binary = binary
         self.store_dir = store_dir
         self.port = port or free_port()
+        self.extra = list(extra)  # e.g. ["--user", "u", "--pass", "p"] or TLS flags
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = store_dir / "nats-server.log"
 
@@ -69,6 +76,7 @@ class NatsServer:
                     str(self.port),
                     "-sd",
                     str(self.store_dir),
+                    *self.extra,
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -89,9 +89,25 @@ class Broker(Protocol):
 SCHEMES: dict[str, str] = {
     "memory": "reventless.broker.memory:InMemoryBroker.from_url",
     "nats": "reventless_nats:JetStreamBroker.from_url",
+    "nats+tls": "reventless_nats:JetStreamBroker.from_url",
     "sns+sqs": "reventless_aws:SnsSqsBroker.from_url",
 }
-_HINTS = {"nats": "pip install reventless-nats", "sns+sqs": "pip install reventless-aws"}
+_HINTS = {
+    "nats": "pip install reventless-nats",
+    "nats+tls": "pip install reventless-nats",
+    "sns+sqs": "pip install reventless-aws",
+}
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the secret of its userinfo (a password or token) replaced by ``***``,
+    for messages and logs."""
+    head, sep, rest = url.partition("://")
+    userinfo, at, tail = rest.partition("@")
+    if not sep or not at or "/" in userinfo:
+        return url
+    shown = userinfo.partition(":")[0] + ":***" if ":" in userinfo else "***"
+    return f"{head}://{shown}@{tail}"
 
 
 def open_broker(url: str) -> Broker:
@@ -99,7 +115,7 @@ def open_broker(url: str) -> Broker:
     scheme = url.split("://", 1)[0] if "://" in url else ""
     target = SCHEMES.get(scheme)
     if target is None:
-        raise BrokerError(f"unknown broker URL scheme {scheme!r} in {url!r}")
+        raise BrokerError(f"unknown broker URL scheme {scheme!r} in {redact_url(url)!r}")
     module_name, attr = target.split(":")
     try:
         module = importlib.import_module(module_name)

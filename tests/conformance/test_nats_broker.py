@@ -56,6 +56,20 @@ def test_url_options_and_mapping() -> None:
         JetStreamBroker.from_url("nats://127.0.0.1:4222?partitons=4")
     with pytest.raises(BrokerError, match="partitions must be >= 1"):
         JetStreamBroker.from_url("nats://127.0.0.1:4222?partitions=0")
+    # Credentials leave the server list; TLS comes from the scheme or a tls_* option.
+    sec = NatsOptions.from_url("nats+tls://me:p%40ss@h1:4222,h2:4222?tls_ca=/ca.pem")
+    assert sec.servers == ("tls://h1:4222", "tls://h2:4222")
+    assert (sec.user, sec.password, sec.tls, sec.tls_ca) == ("me", "p@ss", True, "/ca.pem")
+    assert "p@ss" not in repr(sec) and "p%40ss" not in repr(sec)
+    tok = NatsOptions.from_url("nats://tok3n@h1:4222?creds=/app.creds")
+    assert (tok.token, tok.user, tok.tls, tok.creds) == ("tok3n", "", False, "/app.creds")
+    assert tok.connect_options() == {"token": "tok3n", "user_credentials": "/app.creds"}
+    assert NatsOptions.from_url("nats://h1:4222?tls_hostname=nats.internal").tls
+    with pytest.raises(BrokerError, match=r"me:\*\*\*@h1") as caught:
+        JetStreamBroker.from_url("nats://me:p%40ss@h1:4222?partitons=4")
+    assert "p%40ss" not in str(caught.value)
+    with pytest.raises(BrokerError, match="tls_key needs tls_cert"):
+        NatsOptions.from_url("nats://h1:4222?tls_key=/k.pem")
 
 
 async def test_connect_failure_is_a_broker_error() -> None:

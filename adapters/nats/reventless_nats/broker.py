@@ -124,25 +124,34 @@ class JetStreamBroker:
                 return
             o = self.options
             nc = NATS()
+            # nats-py can wait forever closing a TLS socket whose handshake failed: the
+            # first connect is bounded by its attempts' own timeouts, plus a margin.
+            attempts = max(1, o.connect_retries) * len(o.servers)
+            bound = attempts * (o.connect_timeout + o.reconnect_wait) + 5.0
             try:
-                await nc.connect(
-                    servers=list(o.servers),
-                    name=o.name,
-                    allow_reconnect=True,
-                    # Bounded while connecting first; unbounded (by default) afterwards.
-                    max_reconnect_attempts=max(1, o.connect_retries),
-                    reconnect_time_wait=o.reconnect_wait,  # type: ignore[arg-type]
-                    connect_timeout=o.connect_timeout,  # type: ignore[arg-type]
-                    error_cb=self._on_error,
-                    disconnected_cb=self._on_disconnected,
-                    reconnected_cb=self._on_reconnected,
-                    closed_cb=self._on_closed,
+                await asyncio.wait_for(
+                    nc.connect(
+                        servers=list(o.servers),
+                        name=o.name,
+                        allow_reconnect=True,
+                        # Bounded while connecting first; unbounded (by default) afterwards.
+                        max_reconnect_attempts=max(1, o.connect_retries),
+                        reconnect_time_wait=o.reconnect_wait,  # type: ignore[arg-type]
+                        connect_timeout=o.connect_timeout,  # type: ignore[arg-type]
+                        error_cb=self._on_error,
+                        disconnected_cb=self._on_disconnected,
+                        reconnected_cb=self._on_reconnected,
+                        closed_cb=self._on_closed,
+                        **o.connect_options(),
+                    ),
+                    bound,
                 )
             except (nats.errors.Error, OSError, TimeoutError) as exc:
                 with contextlib.suppress(Exception):
-                    await nc.close()
+                    await asyncio.wait_for(nc.close(), 1.0)
+                cause = self._last_error if isinstance(exc, TimeoutError) else ""
                 raise BrokerError(
-                    f"cannot connect to NATS at {', '.join(o.servers)}: {exc!r}"
+                    f"cannot connect to NATS at {', '.join(o.servers)}: {cause or repr(exc)}"
                 ) from exc
             nc.options["max_reconnect_attempts"] = o.max_reconnects
             js = nc.jetstream(publish_async_max_pending=o.max_pending)

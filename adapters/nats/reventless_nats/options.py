@@ -8,16 +8,21 @@ Example::
 from __future__ import annotations
 
 import re
+import ssl
 import zlib
 from collections.abc import Collection
-from dataclasses import dataclass, fields
-from urllib.parse import parse_qsl, urlsplit
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
+from reventless.broker import redact_url
 from reventless.errors import BrokerError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 _PREFIX = re.compile(r"^[A-Za-z0-9_]+$")
 _CONVERT = {"int": int, "float": float, "str": str}
+#: Fields that come from the URL's scheme and userinfo, not from its query.
+_NOT_QUERY = ("servers", "user", "password", "token", "tls")
 
 
 def token(name: str) -> str:
@@ -29,6 +34,10 @@ def token(name: str) -> str:
     if clean == name and name:
         return name
     return f"{clean}_{zlib.crc32(name.encode()):08x}"
+
+
+#: Options that turn TLS on without the ``nats+tls://`` scheme.
+_TLS_FILES = ("tls_ca", "tls_cert", "tls_key", "tls_hostname")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,35 +89,82 @@ class NatsOptions:
     connect_timeout: float = 2.0
     #: Connection name (shown by the server's monitoring).
     name: str = "reventless"
+    #: ``user:password`` or a ``token`` from the URL's userinfo (``nats://u:p@host``,
+    #: ``nats://token@host``; percent-encoded). Kept out of ``servers``, logs and reprs.
+    user: str = ""
+    password: str = field(default="", repr=False)
+    token: str = field(default="", repr=False)
+    #: A NATS credentials file (user JWT + nkey seed), e.g. ``creds=/etc/nats/app.creds``.
+    creds: str = ""
+    #: TLS, on with the ``nats+tls://`` scheme or any ``tls_*`` option: a CA bundle to verify the
+    #: server with (default: the system's), a client certificate and key (mutual TLS) and
+    #: the server name to check when it differs from the host.
+    tls: bool = False
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_hostname: str = ""
 
     @classmethod
     def from_url(cls, url: str) -> NatsOptions:
-        """Parse ``nats://[user:pass@]host:port[,host:port...][?option=value&...]``."""
+        """Parse ``nats://[user:pass@|token@]host:port[,host:port...][?option=value&...]``
+        (``nats+tls://...`` for TLS)."""
         parts = urlsplit(url)
-        if parts.scheme != "nats":
-            raise BrokerError(f"not a nats:// URL: {url!r}")
-        hosts = [h for h in (parts.netloc or "127.0.0.1:4222").split(",") if h]
-        known = {f.name: f for f in fields(cls) if f.name != "servers"}
+        if parts.scheme not in ("nats", "nats+tls"):
+            raise BrokerError(f"not a nats:// or nats+tls:// URL: {redact_url(url)!r}")
+        userinfo, _, hostlist = parts.netloc.rpartition("@")
+        hosts = [h for h in (hostlist or "127.0.0.1:4222").split(",") if h]
+        known = {f.name: f for f in fields(cls) if f.name not in _NOT_QUERY}
         values: dict[str, object] = {}
         for key, raw in parse_qsl(parts.query, keep_blank_values=True):
             f = known.get(key)
             if f is None:
                 raise BrokerError(
-                    f"unknown nats:// option {key!r} in {url!r} (known: {', '.join(known)})"
+                    f"unknown nats:// option {key!r} in {redact_url(url)!r} "
+                    f"(known: {', '.join(known)})"
                 )
             try:
                 values[key] = _CONVERT[str(f.type)](raw)
             except ValueError:
                 raise BrokerError(f"nats:// option {key}={raw!r} is not a {f.type}") from None
-        opts = cls(servers=tuple(f"nats://{h}" for h in hosts), **values)  # type: ignore[arg-type]
+        if ":" in userinfo:
+            user, _, password = userinfo.partition(":")
+            values |= {"user": unquote(user), "password": unquote(password)}
+        elif userinfo:
+            values["token"] = unquote(userinfo)
+        tls = parts.scheme == "nats+tls" or any(str(values.get(k, "")) for k in _TLS_FILES)
+        scheme = "tls" if tls else "nats"
+        opts = cls(servers=tuple(f"{scheme}://{h}" for h in hosts), tls=tls, **values)  # type: ignore[arg-type]
         opts.validate()
         return opts
+
+    def connect_options(self) -> dict[str, Any]:
+        """The authentication and TLS keywords of ``nats.connect`` for these options."""
+        out: dict[str, Any] = {}
+        if self.user:
+            out |= {"user": self.user, "password": self.password}
+        if self.token:
+            out["token"] = self.token
+        if self.creds:
+            out["user_credentials"] = self.creds
+        if self.tls:
+            ctx = ssl.create_default_context(cafile=self.tls_ca or None)
+            if self.tls_cert:
+                ctx.load_cert_chain(self.tls_cert, self.tls_key or None)
+            out["tls"] = ctx
+            if self.tls_hostname:
+                out["tls_hostname"] = self.tls_hostname
+        return out
 
     def validate(self) -> None:
         """Raise ``BrokerError`` for settings the server or the adapter cannot use."""
         problems = []
         if not self.servers:
             problems.append("no servers")
+        if self.tls_key and not self.tls_cert:
+            problems.append("tls_key needs tls_cert")
+        if self.token and self.user:
+            problems.append("give user:password or a token, not both")
         if not _PREFIX.match(self.prefix):
             problems.append(f"prefix {self.prefix!r} must be [A-Za-z0-9_]+")
         for name in ("partitions", "batch", "max_pending", "replicas"):
