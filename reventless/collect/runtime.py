@@ -371,14 +371,24 @@ class Collector:
         # Woken by commits (LISTEN/NOTIFY on PostgreSQL), else every poll_interval. Live
         # batches normally arrive through the broker first; the short grace period keeps
         # this loop from racing them.
+        seen = self.store.changes
         while True:
-            woken = await self.store.wait_for_change(self.options.poll_interval)
+            woken = await self.store.wait_for_change(self.options.poll_interval, seen)
+            mark = self.store.changes  # commits after this are waited for next time
             await asyncio.sleep(self.options.grace)
             try:
                 if woken and self._quiet():
+                    seen = mark
                     continue
                 behind = await self._behind()
-                if behind and not self._lock.locked():
+                if behind and self._lock.locked():
+                    # a delivery or catch-up runs: look again shortly (the next wait
+                    # returns at once), it may not cover every row that is behind
+                    seen = -1
+                    await asyncio.sleep(0.05)
+                    continue
+                seen = mark
+                if behind:
                     async with self._lock:
                         for key in behind:
                             await self._catch_up(key)

@@ -82,6 +82,8 @@ class SqlEventStore:
         self._appender = Appender(db, lambda topic: self._entry(topic).info)
         self._async: AsyncAppender | None = None
         self._changed = asyncio.Event()
+        #: Commits signalled so far (own appends, NOTIFYs): see ``wait_for_change``.
+        self.changes = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -102,15 +104,20 @@ class SqlEventStore:
         self._signal()
 
     def _signal(self) -> None:
+        self.changes += 1
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def wait_for_change(self, timeout: float) -> bool:
+    async def wait_for_change(self, timeout: float, seen: int) -> bool:
         """Wait until something is committed (this process, or any process on PostgreSQL,
-        via LISTEN/NOTIFY); False on timeout."""
+        via LISTEN/NOTIFY) after the caller saw ``changes == seen``; False on timeout. A
+        change between two waits is not lost: ``changes`` has moved on, so the next wait
+        returns at once."""
         # Only processes that wait (collectors) listen: a writer-only process would
         # otherwise be woken by every commit's NOTIFY, its own included.
         self.db.listen(NOTIFY_CHANNEL, self._on_notify)
+        if self.changes != seen:
+            return True
         try:
             await asyncio.wait_for(self._changed.wait(), timeout)
         except TimeoutError:

@@ -23,7 +23,7 @@ async def test_concurrent_processes_gapless_and_a_live_collector_skips_nothing(
     procs, per = 4, 150
     app = rv.App(
         store=pg_url,
-        options=rv.AppOptions(collector=rv.CollectorOptions(page_size=50, poll_interval=5.0)),
+        options=rv.AppOptions(collector=rv.CollectorOptions(page_size=50, poll_interval=60.0)),
     )
     log = app.event_log(Counter)
     view = app.collect(seen)
@@ -36,8 +36,8 @@ async def test_concurrent_processes_gapless_and_a_live_collector_skips_nothing(
             )
         total = procs * (per + per // 10)
         assert landed == [per + per // 10] * procs
-        # poll_interval is 5 s: catching up this fast needs the LISTEN/NOTIFY wake-ups
-        await asyncio.wait_for(view.wait_caught_up(), 4.0)
+        # poll_interval is a minute: catching up before it needs the LISTEN/NOTIFY wake-ups
+        await asyncio.wait_for(view.wait_caught_up(), 30.0)
         rows = await app.store.db.read(
             lambda c: c.exec_driver_sql(
                 f"SELECT _offset, _aggregate_id, _version FROM {app.store.table_of('Counter')} "
@@ -120,3 +120,20 @@ async def test_replicas_starting_at_once_create_the_tables_once(pg_url: str) -> 
     names = [t for (t,) in tables]
     assert {"rv_topics", "rv_read_models", "rv_relay", "rv_collector_leases"} <= set(names)
     assert sum(n.startswith("rm_seen_offsets") for n in names) == 1
+
+
+async def test_a_notify_between_two_waits_is_not_lost(pg_url: str) -> None:
+    reader, writer = rv.App(store=pg_url), rv.App(store=pg_url)
+    reader.event_log(Counter)
+    log = writer.event_log(Counter)
+    async with reader, writer:
+        store = reader.store
+        seen = store.changes
+        assert not await store.wait_for_change(0.3, seen)  # listening now; nothing yet
+        await log.execute("a", Increment())  # another App: reaches reader by NOTIFY only
+        deadline = asyncio.get_running_loop().time() + 30
+        while store.changes == seen and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # arrives while nobody waits
+        assert store.changes != seen
+        # the next wait (from what the caller saw before) returns at once
+        assert await asyncio.wait_for(store.wait_for_change(60.0, seen), 1.0)
