@@ -233,8 +233,8 @@ async def test_leased_members_run_on_a_deployed_stack(
     from reventless_aws.cloudformation import template
 
     from tests.integration.group_members import leased_app
-    from tests.integration.test_groups import rows_and_letters, write_commands
-    from tests.integration.test_leased_groups import PARTS, events_landed, split, until
+    from tests.integration.test_groups import write_commands
+    from tests.integration.test_leased_groups import PARTS, landed_exactly_once, until_split
 
     prefix = f"l{uuid.uuid4().hex[:8]}"
     url = aws_url(moto_server, prefix=prefix, create="false")
@@ -245,20 +245,8 @@ async def test_leased_members_run_on_a_deployed_stack(
     writer = rv.App(store=store, broker=url, options=rv.AppOptions(partitions=PARTS))
     log = writer.event_log(Counter)
     async with writer, a, b:
-
-        async def two_two() -> bool:
-            return split(a, b) == [2, 2]
-
-        await until(two_two)
-        counts = await write_commands(log, 16, 3)
-
-        async def all_landed() -> bool:
-            return await events_landed(writer) >= sum(counts.values())
-
-        await until(all_landed, timeout=30.0)
-        rows, letters = await rows_and_letters(writer)
-        assert letters == []
-        assert {r[0]: r[1] for r in rows} == counts
+        await until_split([2, 2], a, b)
+        await landed_exactly_once(writer, (a, b), await write_commands(log, 16, 3), 30.0)
         for app in (writer, a, b):
             calls = app.broker.calls  # type: ignore[attr-defined]
             assert calls["CreateQueue"] == calls["CreateTopic"] == calls["Subscribe"] == 0

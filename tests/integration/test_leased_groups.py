@@ -12,7 +12,7 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,34 @@ def merge(*counts: dict[str, int]) -> dict[str, int]:
     return out
 
 
+async def until_split(want: list[int], *apps: rv.App) -> None:
+    """Wait until the members run each partition exactly once, ``want[i]`` of them each."""
+
+    async def done() -> bool:
+        return split(*apps) == want
+
+    await until(done)
+
+
+async def landed_exactly_once(
+    writer: rv.App, members: Sequence[rv.App], counts: dict[str, int], timeout: float = 10.0
+) -> None:
+    """Every event of ``counts`` lands in the read model once, in order (no dead letter),
+    committed by exactly one member, and every member committed some."""
+    total = sum(counts.values())
+
+    async def all_landed() -> bool:
+        return await events_landed(writer) >= total
+
+    await until(all_landed, timeout)
+    rows, letters = await rows_and_letters(writer)
+    assert letters == []  # no duplicate, nothing out of order
+    assert {r[0]: r[1] for r in rows} == counts  # every event exactly once
+    processed = [m.collector("ordered").processed for m in members]
+    assert sum(processed) == total  # committed once, by one member
+    assert all(n > 0 for n in processed)
+
+
 async def test_members_split_partitions_and_a_joiner_gets_its_share(store: str) -> None:
     broker = rv.InMemoryBroker()  # shared: live delivery through per-partition groups
     writer = rv.App(store=store, broker=broker, options=rv.AppOptions(partitions=PARTS))
@@ -98,34 +126,14 @@ async def test_members_split_partitions_and_a_joiner_gets_its_share(store: str) 
     kw = {"ttl": 5.0, "heartbeat": 0.1, "poll": 0.05}
     a, b, c = (leased_app(store, broker, w, i, **kw) for i, w in enumerate("abc"))
     async with writer, a, b:
-
-        async def two_two() -> bool:
-            return split(a, b) == [2, 2]
-
-        await until(two_two)
+        await until_split([2, 2], a, b)
         first = await write_commands(log, 24, 4)
         async with c:
             writing = asyncio.create_task(write_commands(log, 24, 8))  # while c joins
-
-            async def rebalanced() -> bool:  # 4 // 3 each, the first by name one more
-                return split(a, b, c) == [2, 1, 1]
-
-            await until(rebalanced)
+            await until_split([2, 1, 1], a, b, c)  # 4 // 3 each, the first by name one more
             during = await writing
             after = await write_commands(log, 24, 2)  # every member has partitions now
-            counts = merge(first, during, after)
-            total = sum(counts.values())
-
-            async def all_landed() -> bool:
-                return await events_landed(writer) >= total
-
-            await until(all_landed)
-            rows, letters = await rows_and_letters(writer)
-            assert letters == []  # no duplicate, nothing out of order
-            assert {r[0]: r[1] for r in rows} == counts  # every event exactly once
-            processed = [m.collector("ordered").processed for m in (a, b, c)]
-            assert sum(processed) == total  # committed once, by one member
-            assert all(n > 0 for n in processed)
+            await landed_exactly_once(writer, (a, b, c), merge(first, during, after))
             table = await leases(writer)
             for worker, member in zip("abc", (a, b, c), strict=True):
                 assert {p for p, (o, _) in table.items() if o == worker} == owned(member)
@@ -370,33 +378,13 @@ async def test_leased_members_share_a_broker_topic_through_partition_groups(
     kw = {"ttl": 5.0, "heartbeat": 0.1, "poll": 60.0}
     a, b, c = (leased_app(store, broker_url, w, i, **kw) for i, w in enumerate("abc"))
     async with writer, a, b:
-
-        async def two_two() -> bool:
-            return split(a, b) == [2, 2]
-
-        await until(two_two)
+        await until_split([2, 2], a, b)
         first = await write_commands(log, 24, 3)
         async with c:
-
-            async def rebalanced() -> bool:
-                return split(a, b, c) == [2, 1, 1]
-
-            await until(rebalanced)
+            await until_split([2, 1, 1], a, b, c)
             # c reads the partition it took through the consumer or queue a or b used
             after = await write_commands(log, 24, 3)
-            counts = merge(first, after)
-            total = sum(counts.values())
-
-            async def all_landed() -> bool:
-                return await events_landed(writer) >= total
-
-            await until(all_landed, timeout=30.0)
-            rows, letters = await rows_and_letters(writer)
-            assert letters == []
-            assert {r[0]: r[1] for r in rows} == counts
-            processed = [m.collector("ordered").processed for m in (a, b, c)]
-            assert sum(processed) == total
-            assert all(n > 0 for n in processed)
+            await landed_exactly_once(writer, (a, b, c), merge(first, after), timeout=30.0)
     groups = [lease_group("ordered", "Counter", p) for p in range(PARTS)]
     if broker_url.startswith("nats"):
         # one durable consumer per partition, shared by its owners in turn, all acked
