@@ -102,6 +102,22 @@ def store_time(conn: Connection) -> float:
     return time.time()
 
 
+#: Advisory lock class of a component's lease bookkeeping ("rvls"): see ``_serialize``.
+_LEASE_LOCK = 0x72766C73
+
+
+def _serialize(conn: Connection, component: str) -> None:
+    """On PostgreSQL, make the heartbeats, releases and leaves of one component's members
+    take turns (a transaction-scoped advisory lock): each touches several lease and member
+    rows, and two in opposite orders would deadlock. Commits are not serialised by it;
+    they share-lock their one lease row (``holds_sync``). SQLite's writers take turns
+    anyway."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LEASE_LOCK, component)
+        )
+
+
 def heartbeat_sync(
     conn: Connection,
     component: str,
@@ -114,6 +130,7 @@ def heartbeat_sync(
     """Join or stay in ``component``'s group: renew held leases, claim free or expired
     partitions of each topic (name -> partition count) up to the fair share. ``now``
     (seconds, store clock) is for tests; by default the store's time."""
+    _serialize(conn, component)
     now = store_time(conn) if now is None else now
     until = now + ttl
     mine = (_M.c.component == component, _M.c.worker == worker)
@@ -195,6 +212,7 @@ def _row(component: str, key: Part) -> tuple[sa.ColumnElement[bool], ...]:
 def release_sync(conn: Connection, component: str, worker: str, leases: Mapping[Part, int]) -> None:
     """Give back ``leases`` (partition -> epoch) still held at those epochs: others may
     claim them at once."""
+    _serialize(conn, component)
     for key, epoch in leases.items():
         conn.execute(
             _L.update()
@@ -205,6 +223,7 @@ def release_sync(conn: Connection, component: str, worker: str, leases: Mapping[
 
 def leave_sync(conn: Connection, component: str, worker: str) -> None:
     """Give back every lease of ``worker`` and leave the group."""
+    _serialize(conn, component)
     conn.execute(
         _L.update()
         .where(_L.c.component == component, _L.c.owner == worker)
