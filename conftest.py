@@ -37,6 +37,7 @@ def pytest_exception_interact(node: pytest.Item, call: pytest.CallInfo[None]) ->
     the timeout's own traceback only shows the event loop's ``select``."""
     if call.excinfo is None or "from pytest-timeout" not in str(call.excinfo.value):
         return
+    gc.unfreeze()  # App start froze what existed then (AppOptions.gc_freeze): see it all
     tasks = [o for o in gc.get_objects() if isinstance(o, asyncio.Task) and not o.done()]
     print(f"\n+++ {node.nodeid}: {len(tasks)} pending asyncio tasks +++", file=sys.stderr)
     for task in tasks:

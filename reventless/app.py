@@ -414,7 +414,8 @@ class App:
                         return
                 await asyncio.sleep(0.005)
 
-        await asyncio.wait_for(wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await wait()
 
     def collector(self, name: str) -> Collector:
         """The running collector named ``name``."""

@@ -214,7 +214,10 @@ class Relay:
         last_persist = loop.time()
         while not self._closing:
             try:
-                await asyncio.wait_for(self._wake.wait(), self.persist_interval)
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the cancel
+                # that stops this loop when it lands as the wait times out or completes
+                async with asyncio.timeout(self.persist_interval):
+                    await self._wake.wait()
             except TimeoutError:
                 # Quiet: look for commits made by other processes sharing the store.
                 with contextlib.suppress(ReventlessError):

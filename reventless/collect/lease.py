@@ -270,6 +270,7 @@ class Membership:
         self._changed = asyncio.Event()
         self._deadline = 0.0
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -280,6 +281,7 @@ class Membership:
         """Join the group, take up the partitions granted and catch them up, then keep
         heartbeating in the background."""
         loop = self._loop = asyncio.get_running_loop()
+        self._stopping = False
         started = loop.time()
         self._granted(await self._heartbeat(), started)
         await self._apply()
@@ -293,6 +295,8 @@ class Membership:
         """Stop heartbeating, stop every partition and give the leases back at once."""
         tasks = [*self._tasks, *self._catching_up]
         self._tasks = []
+        self._stopping = True  # a loop that missed its cancel ends at its next turn
+        self._changed.set()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -356,7 +360,7 @@ class Membership:
 
     async def _beat_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.interval)
             started = loop.time()
             try:
@@ -368,13 +372,18 @@ class Membership:
 
     async def _apply_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._stopping:
             left = self._deadline - loop.time()
             if left > 0:
+                # asyncio.timeout, not wait_for: 3.11's wait_for swallows a cancel that
+                # lands as the event is set, and stop() then waits for this loop forever
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), left)
+                    async with asyncio.timeout(left):
+                        await self._changed.wait()
             else:
                 await self._changed.wait()
+            if self._stopping:
+                return
             self._changed.clear()
             if loop.time() >= self._deadline and (self._held or self._excess):
                 log.warning(

@@ -264,7 +264,8 @@ class Collector:
                 await asyncio.sleep(0.005)
             self.check_resnapshot()
 
-        await asyncio.wait_for(wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await wait()
 
     # -- delivery --------------------------------------------------------------------------
 

@@ -88,7 +88,8 @@ class _Waker:
 
     async def wait(self, timeout: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: 3.11's can eat a cancel
+                await self._event.wait()
 
 
 def create_app(

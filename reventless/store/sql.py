@@ -119,7 +119,8 @@ class SqlEventStore:
         if self.changes != seen:
             return True
         try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: 3.11's can eat a cancel
+                await self._changed.wait()
         except TimeoutError:
             return False
         return True

@@ -31,7 +31,8 @@ async def until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
         while not cond():
             await asyncio.sleep(0.01)
 
-    await asyncio.wait_for(wait(), timeout)
+    async with asyncio.timeout(timeout):
+        await wait()
 
 
 class BrokerConformance:

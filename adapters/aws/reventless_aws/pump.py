@@ -99,7 +99,8 @@ class Pump:
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+            async with asyncio.timeout(seconds):  # not wait_for: 3.11's can eat a cancel
+                await self._stop.wait()
 
     async def _run(self) -> None:
         errors = 0

@@ -129,8 +129,8 @@ class JetStreamBroker:
             attempts = max(1, o.connect_retries) * len(o.servers)
             bound = attempts * (o.connect_timeout + o.reconnect_wait) + 5.0
             try:
-                await asyncio.wait_for(
-                    nc.connect(
+                async with asyncio.timeout(bound):
+                    await nc.connect(
                         servers=list(o.servers),
                         name=o.name,
                         allow_reconnect=True,
@@ -143,12 +143,11 @@ class JetStreamBroker:
                         reconnected_cb=self._on_reconnected,
                         closed_cb=self._on_closed,
                         **o.connect_options(),
-                    ),
-                    bound,
-                )
+                    )
             except (nats.errors.Error, OSError, TimeoutError) as exc:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(nc.close(), 1.0)
+                    async with asyncio.timeout(1.0):
+                        await nc.close()
                 cause = self._last_error if isinstance(exc, TimeoutError) else ""
                 raise BrokerError(
                     f"cannot connect to NATS at {', '.join(o.servers)}: {cause or repr(exc)}"
@@ -204,7 +203,8 @@ class JetStreamBroker:
             return
         try:
             if nc.is_connected:
-                await asyncio.wait_for(nc.drain(), 5.0)
+                async with asyncio.timeout(5.0):
+                    await nc.drain()
         except Exception as exc:
             log.debug("NATS drain failed: %r", exc)
         finally:
@@ -385,7 +385,8 @@ class JetStreamBroker:
                     headers=headers,
                 )
                 futures.append(fut)
-            acks = await asyncio.wait_for(asyncio.gather(*futures), o.publish_timeout)
+            async with asyncio.timeout(o.publish_timeout):
+                acks = await asyncio.gather(*futures)
         except (nats.errors.Error, OSError, TimeoutError) as exc:
             for fut in futures:
                 fut.cancel()  # frees its slot in the client's pending window

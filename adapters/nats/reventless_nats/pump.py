@@ -98,7 +98,8 @@ class _Pump:
     async def _pause(self, seconds: float) -> None:
         """Sleep, but wake up at once when the pump stops."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+            async with asyncio.timeout(seconds):  # not wait_for: 3.11's can eat a cancel
+                await self._stop.wait()
 
     async def _setup(self) -> None:
         js = self.broker._jetstream()
