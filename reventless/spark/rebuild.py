@@ -25,8 +25,7 @@ from ..collect.component import Component, ReadModel, _default_key
 from ..collect.runtime import Collector
 from ..collect.upserts import KEY_COLUMN
 from ..errors import SpecError, StoreError
-from ..eventlog import EventLog, Topic
-from ..spec import Event
+from ..eventlog import EventLog
 from ..store.database import table_name
 from ..store.sql import SqlEventStore
 from .fold import RebuildError, TopicPlan, fold_partition, output_schema, recipe_of, schema_of
@@ -81,25 +80,7 @@ def plan(model: Component, app: App) -> list[TopicPlan]:
     key = getattr(model, "key", None)
     if not key or key not in model.row.model_fields:
         raise SpecError(f"{model.name}: a read model needs a key that is a field of its row")
-    owner: dict[type[Event], Topic] = {}
-    for t in app.topics.values():
-        if isinstance(t, EventLog):
-            for ev in t.spec.event_classes:
-                owner[ev] = t
-    order: dict[str, dict[str, Any]] = {}
-    for ev, spec in model.handlers.items():
-        topic = owner.get(ev)
-        if topic is None:
-            raise SpecError(
-                f"{model.name}: handles {ev.__name__}, but no EventLog of the app has it"
-            )
-        order.setdefault(topic.name, {})[ev.event_type] = spec
-    for name, spec in model.topic_handlers.items():
-        if name not in app.topics:
-            raise SpecError(f"{model.name}: handles unknown topic {name!r}")
-        order.setdefault(name, {})["*"] = spec
-    if not order:
-        raise SpecError(f"{model.name}: has no handlers")
+    order = app._dispatch(model)  # as the live collector dispatches, in its order
     plans = []
     for name, handlers in order.items():
         topic = app.topics[name]
