@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..errors import BrokerError
+from ..urls import redact_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,17 +98,6 @@ _HINTS = {
     "nats+tls": "pip install reventless-nats",
     "sns+sqs": "pip install reventless-aws",
 }
-
-
-def redact_url(url: str) -> str:
-    """``url`` with the secret of its userinfo (a password or token) replaced by ``***``,
-    for messages and logs."""
-    head, sep, rest = url.partition("://")
-    userinfo, at, tail = rest.partition("@")
-    if not sep or not at or "/" in userinfo:
-        return url
-    shown = userinfo.partition(":")[0] + ":***" if ":" in userinfo else "***"
-    return f"{head}://{shown}@{tail}"
 
 
 def open_broker(url: str) -> Broker:

@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from ..errors import StoreError
+from ..urls import redact_url
 
 T = TypeVar("T")
 log = logging.getLogger("reventless.store")
@@ -79,7 +80,7 @@ class Database:
         try:
             parsed = sa.make_url(url)
         except Exception as exc:
-            raise StoreError(f"cannot parse store URL {url!r}: {exc}") from exc
+            raise StoreError(f"cannot parse store URL {redact_url(url)!r}: {exc}") from exc
         opts = options or StoreOptions()
         query = dict(parsed.query)
         sync = str(query.pop("synchronous", opts.synchronous)).upper()

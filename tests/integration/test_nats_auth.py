@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import reventless as rv
-from reventless.broker import redact_url
+from reventless.urls import redact_url
 from tests.model import Counter, Increment, totals
 from tests.nats_server import NatsServer, nats_binary
 

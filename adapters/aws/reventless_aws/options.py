@@ -14,10 +14,11 @@ import hashlib
 import re
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from reventless.errors import BrokerError
+from reventless.urls import redact_url
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]*$")
@@ -103,14 +104,14 @@ class SnsSqsOptions:
     max_pending: int = 4
     #: Credentials (from the URL's ``user:password@``); empty: the AWS default chain.
     access_key: str = ""
-    secret_key: str = ""
+    secret_key: str = field(default="", repr=False)
 
     @classmethod
     def from_url(cls, url: str) -> SnsSqsOptions:
         """Parse ``sns+sqs://[key:secret@]region[?option=value&...]``."""
         parts = urlsplit(url)
         if parts.scheme != "sns+sqs":
-            raise BrokerError(f"not an sns+sqs:// URL: {url!r}")
+            raise BrokerError(f"not an sns+sqs:// URL: {redact_url(url)!r}")
         known = {
             f.name: f for f in fields(cls) if f.name not in ("region", "access_key", "secret_key")
         }
@@ -119,7 +120,8 @@ class SnsSqsOptions:
             f = known.get(key)
             if f is None:
                 raise BrokerError(
-                    f"unknown sns+sqs:// option {key!r} in {url!r} (known: {', '.join(known)})"
+                    f"unknown sns+sqs:// option {key!r} in {redact_url(url)!r} "
+                    f"(known: {', '.join(known)})"
                 )
             try:
                 values[key] = _CONVERT[str(f.type)](raw)

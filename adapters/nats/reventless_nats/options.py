@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from reventless.broker import redact_url
 from reventless.errors import BrokerError
+from reventless.urls import redact_url
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 _PREFIX = re.compile(r"^[A-Za-z0-9_]+$")
