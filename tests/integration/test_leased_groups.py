@@ -78,6 +78,16 @@ async def expires(app: rv.App, worker: str) -> float:
     return float(await app.store.db.read(lambda c: c.execute(stmt).scalar_one()))
 
 
+async def intrude(app: rv.App, partition: int) -> None:
+    """Another worker claims ``partition``, as after an expiry: new owner, epoch + 1."""
+    take_over = (
+        L.update()
+        .where(L.c.component == "ordered", L.c.topic == "Counter", L.c.partition == partition)
+        .values(owner="intruder", epoch=L.c.epoch + 1, expires_at=time.time() + 3600)
+    )
+    await app.store.db.write(lambda conn: conn.execute(take_over))
+
+
 async def events_landed(app: rv.App) -> int:
     rows, _ = await rows_and_letters(app)
     return sum(r[1] for r in rows)
@@ -284,12 +294,7 @@ async def test_a_member_whose_lease_was_taken_over_cannot_commit(store: str) -> 
         rows_before, _ = await rows_and_letters(writer)
 
         # Another worker claims partition 1, as after an expiry: new owner, epoch + 1.
-        take_over = (
-            L.update()
-            .where(L.c.component == "ordered", L.c.topic == "Counter", L.c.partition == part)
-            .values(owner="intruder", epoch=L.c.epoch + 1, expires_at=time.time() + 3600)
-        )
-        await db.write(lambda conn: conn.execute(take_over))
+        await intrude(writer, part)
         assert part in owned(a)  # the member has not noticed
 
         # A batch of the partition (the next event of each aggregate) cannot land: the
@@ -331,12 +336,7 @@ async def test_a_member_whose_lease_was_taken_over_cannot_commit(store: str) -> 
         # The same on the live path: partition 2 is taken over, then its events arrive.
         other = 2
         rows_before, _ = await rows_and_letters(writer)
-        take_over = (
-            L.update()
-            .where(L.c.component == "ordered", L.c.topic == "Counter", L.c.partition == other)
-            .values(owner="intruder", epoch=L.c.epoch + 1, expires_at=time.time() + 3600)
-        )
-        await db.write(lambda conn: conn.execute(take_over))
+        await intrude(writer, other)
         third = await write_commands(log, 24, 2)
 
         async def dropped_too() -> bool:
