@@ -29,6 +29,8 @@ from .codec import META_NAMES
 from .errors import ReventlessError
 from .store.append import AppendResult, StoredRow
 from .store.sql import SqlEventStore, heads_sync
+from .store.tables import insert_ignore
+from .store.tables import relay as relay_table
 from .topic import TopicDef
 
 PARTITION_AT = META_NAMES.index("_partition")
@@ -170,15 +172,12 @@ class Relay:
                 return {str(t): int(o) for t, o in conn.exec_driver_sql(sql).all()}
 
             got = positions()
-            mark = self.store.db.mark
             heads = heads_sync(self.store.db, conn)
             missing = [n for n in names if n not in got]
-            for n in missing:  # another process starting at once may insert it first
-                conn.exec_driver_sql(
-                    f'INSERT INTO rv_relay (topic, "offset") VALUES ({mark}, {mark}) '
-                    "ON CONFLICT (topic) DO NOTHING",
-                    (n, heads.get(n, 0)),
-                )
+            # another process starting at once may insert a topic's row first
+            insert_ignore(
+                conn, relay_table, [{"topic": n, "offset": heads.get(n, 0)} for n in missing]
+            )
             return positions() if missing else got
 
         positions = await self.store.db.write(work)

@@ -44,6 +44,8 @@ class CollectorOptions:
     def __post_init__(self) -> None:
         if self.group not in ("static", "leased"):
             raise SpecError(f"group must be 'static' or 'leased', got {self.group!r}")
+        if not 0 <= self.member < self.members:
+            raise SpecError(f"member must be 0..{self.members - 1}, got {self.member}")
         if self.group == "leased":
             if self.members != 1 or self.member != 0:
                 raise SpecError("members/member are for static groups, not group='leased'")

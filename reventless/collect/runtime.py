@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 from ..broker import Broker, Message, Subscription
 from ..codec import META_NAMES
 from ..decode import envelope_of
-from ..errors import LeaseLostError, SpecError
+from ..errors import LeaseLostError
 from ..eventlog import EventLog
 from ..relay import decode_batch
 from ..spec import Aggregate, Envelope
@@ -77,8 +77,6 @@ class Collector:
         self.topics = dict(topics)
         self.dispatch = {t: dict(d) for t, d in dispatch.items()}
         self.options = opts = options or CollectorOptions()
-        if not 0 <= opts.member < opts.members:
-            raise SpecError(f"{self.name}: member must be 0..{opts.members - 1}")
         #: The partitions this member owns, per topic (in a leased group: right now).
         self.owned: dict[str, list[int]] = {
             n: opts.static_share(t.partitions) for n, t in self.topics.items()

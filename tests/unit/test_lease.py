@@ -177,3 +177,5 @@ def test_leased_options_are_checked_up_front() -> None:
         rv.CollectorOptions(group="dynamic")  # type: ignore[arg-type]
     with pytest.raises(rv.SpecError, match="worker"):
         rv.CollectorOptions(group="leased", worker="")
+    with pytest.raises(rv.SpecError, match=r"member must be 0\.\.1"):
+        rv.CollectorOptions(members=2, member=2)
