@@ -32,7 +32,7 @@ from .collect.kinds import MapperCollector, ReadModelCollector, SideEffectCollec
 from .collect.lease import group_name as lease_group
 from .collect.options import CollectorOptions
 from .collect.runtime import Collector
-from .collect.table import ReadModelTable
+from .store.readmodel import SqlReadModelTable as ReadModelTable
 from .decode import retired_models
 from .errors import ReventlessError, SpecError
 from .eventlog import EventLog, LogOptions, Topic

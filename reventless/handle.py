@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from .collect.component import Component, ReadModel
 from .collect.deadletter import DeadLetter, RedriveReport
 from .collect.runtime import Collector
-from .collect.table import ReadModelTable
+from .store.readmodel import SqlReadModelTable as ReadModelTable
 from .errors import StoreError
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from .component import (
 from .deadletter import _err
 from .rowfold import RowFold
 from .runtime import Collector, Failed, LogResolver
-from .table import ReadModelTable
+from ..store.readmodel import SqlReadModelTable as ReadModelTable
 
 log = logging.getLogger("reventless.collect")
 

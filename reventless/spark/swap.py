@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 
 from ..codec import META_NAMES
 from ..collect.component import ReadModel
-from ..collect.table import ReadModelTable
+from ..store.readmodel import SqlReadModelTable as ReadModelTable
 from ..store import tables
 from ..store.database import Database, table_name
 from ..store.sql import SqlEventStore
@@ -56,7 +56,7 @@ async def load_version(
     """Create table version ``name`` and insert the rows (a transaction per chunk: the
     version is invisible until swapped in, and appends are not held up for long)."""
     table = ReadModelTable(model, db, table=name)
-    await db.write(lambda conn: table._sa_table().create(conn))
+    await db.write(lambda conn: table.sa_table().create(conn))
     cols = ", ".join(db.q(c) for c in table.columns)
     sql = f"INSERT INTO {db.q(name)} ({cols}) VALUES ({db.placeholders(len(table.columns))})"
     count = 0

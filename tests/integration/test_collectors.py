@@ -74,7 +74,7 @@ async def test_duplicated_and_reordered_deliveries_leave_the_model_identical(
         app2 = None if reference.store.db.is_memory else rv.App(store=store_url)
         if app2 is None:  # one in-memory database: reuse the running store
             from reventless.collect.kinds import ReadModelCollector
-            from reventless.collect.table import ReadModelTable
+            from reventless.store.readmodel import SqlReadModelTable as ReadModelTable
 
             table = ReadModelTable(second, reference.store.db)
             await reference.store.db.write(table.create_sync)

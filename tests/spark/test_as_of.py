@@ -11,7 +11,7 @@ import pytest
 import reventless as rv
 from examples.shop.model import StockAdded, stock_levels
 from examples.shop.stats import stock_counters
-from reventless.collect.table import ReadModelTable
+from reventless.store.readmodel import SqlReadModelTable as ReadModelTable
 from reventless.spark import rebuild
 from tests.spark.shoplog import append, declare
 

@@ -65,7 +65,7 @@ async def test_rebuild_on_a_standalone_cluster_through_the_cli(spark: Any, tmp_p
 
 
 async def _rows(app: Any) -> list[Any]:
-    from reventless.collect.table import ReadModelTable
+    from reventless.store.readmodel import SqlReadModelTable as ReadModelTable
 
     return await ReadModelTable(stock_levels, app.store.db).all()
 
