@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
+from ..deadletter import DeadLetter as DeadLetter  # re-exported: moved to reventless.deadletter
+from ..deadletter import RedriveReport as RedriveReport
 from ..decode import envelope_of
 from ..errors import Rejected
 from ..spec import Envelope
@@ -16,22 +17,6 @@ from ..store.database import Database
 
 if TYPE_CHECKING:
     from .runtime import Collector
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """One parked event of one component, with the error that parked it."""
-
-    id: int
-    component: str
-    topic: str
-    offset: int
-    aggregate_id: str | None
-    msg_id: str
-    event_type: str
-    error: str
-    attempts: int
-    created_at_us: int
 
 
 def record_sync(
@@ -106,14 +91,6 @@ def bump_sync(db: Database, conn: Connection, letter_id: int, error: str) -> Non
         f"error = {db.mark} WHERE id = {db.mark}",
         (error[:4000], letter_id),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class RedriveReport:
-    """Outcome of a redrive: dead letters resolved and aggregates still parked."""
-
-    redriven: int
-    still_parked: int
 
 
 def _err(exc: BaseException) -> str:

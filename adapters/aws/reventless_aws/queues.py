@@ -10,7 +10,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from reventless.collect.deadletter import DeadLetter
+from reventless.deadletter import DeadLetter
 from reventless.errors import BrokerError
 
 from . import codec
