@@ -15,23 +15,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import importlib
 import json
 import sys
-from collections.abc import Sequence
-from functools import partial
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from sqlalchemy.engine import Connection
 
 from .codec import META_NAMES
 from .collect.deadletter import list_sync
 from .errors import ReventlessError
+from .store.admin import SqlStoreAdmin
 from .store.database import Database
-from .subscribe.retention import collectors_behind_sync
 
 
 def _print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -43,81 +41,46 @@ def _print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
-async def _with_db(url: str, fn: Any) -> Any:
+@asynccontextmanager
+async def _admin(url: str) -> AsyncIterator[SqlStoreAdmin]:
     db = Database(url)
     await db.open()
     try:
-        return await db.read(fn)
+        yield SqlStoreAdmin(db)
     finally:
         await db.close()
-
-
-def _topics(db: Database, conn: Connection) -> tuple[list[Any], list[Any]]:
-    rows = conn.exec_driver_sql(
-        "SELECT name, kind, tenant, partitions, table_name FROM rv_topics ORDER BY name"
-    ).all()
-    heads: dict[tuple[str, int], int] = {}
-    for name, _, _, _, table in rows:
-        sql = f'SELECT _partition, MAX(_offset) FROM "{table}" GROUP BY _partition'
-        heads.update({(name, int(p)): int(h) for p, h in conn.exec_driver_sql(sql).all()})
-    topics = [
-        (n, k, t, parts, max((h for (tn, _), h in heads.items() if tn == n), default=0), tb)
-        for n, k, t, parts, tb in rows
-    ]
-    lag: dict[tuple[str, str], list[int]] = {}
-    cps = conn.exec_driver_sql(
-        'SELECT component, topic, "partition", "offset" FROM rv_checkpoints '
-        "ORDER BY component, topic"
-    ).all()
-    for c, t, p, o in cps:
-        entry = lag.setdefault((c, t), [0, 0])
-        entry[0] = max(entry[0], int(o))
-        entry[1] = max(entry[1], heads.get((t, int(p)), 0) - int(o))
-    stopped = {(b.component, b.topic) for b in collectors_behind_sync(db, conn, None)}
-    collectors = [
-        (c, t, cp, behind, "resnapshot_required" if (c, t) in stopped else "ok")
-        for (c, t), (cp, behind) in lag.items()
-    ]
-    return list(topics), collectors
 
 
 async def cmd_topics(a: argparse.Namespace) -> int:
-    db = Database(a.store)
-    await db.open()
-    try:
-        topics, collectors = await db.read(partial(_topics, db))
-    finally:
-        await db.close()
-    _print_table(["topic", "kind", "tenant", "partitions", "head", "table"], topics)
+    async with _admin(a.store) as admin:
+        overview = await admin.overview()
+    _print_table(
+        ["topic", "kind", "tenant", "partitions", "head", "table"],
+        [(t.name, t.kind, t.tenant, t.partitions, t.head, t.table) for t in overview.topics],
+    )
     print()
     # state: resnapshot_required when retention deleted events past a checkpoint
-    _print_table(["collector", "topic", "checkpoint", "lag", "state"], collectors)
+    _print_table(
+        ["collector", "topic", "checkpoint", "lag", "state"],
+        [
+            (
+                c.component,
+                c.topic,
+                c.checkpoint,
+                c.lag,
+                "resnapshot_required" if c.resnapshot_required else "ok",
+            )
+            for c in overview.collectors
+        ],
+    )
     return 0
 
 
-def _schema_of(conn: Connection, topic: str) -> tuple[str, pa.Schema]:
-    row = conn.exec_driver_sql(
-        "SELECT table_name, arrow_schema FROM rv_topics WHERE name = ?"
-        if conn.dialect.paramstyle == "qmark"
-        else "SELECT table_name, arrow_schema FROM rv_topics WHERE name = %s",
-        (topic,),
-    ).first()
-    if row is None:
-        raise ReventlessError(f"no topic {topic!r} in this store")
-    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(row[1])))
-    return str(row[0]), schema
-
-
 async def cmd_tail(a: argparse.Namespace) -> int:
-    def work(conn: Connection) -> list[dict[str, Any]]:
-        table, schema = _schema_of(conn, a.topic)
-        names = schema.names
-        cols = ", ".join(f'"{n}"' for n in names)
-        sql = f'SELECT {cols} FROM "{table}" WHERE _offset >= {int(a.from_offset)} '
-        sql += f"ORDER BY _offset LIMIT {int(a.limit)}"
-        return [dict(zip(names, r, strict=True)) for r in conn.exec_driver_sql(sql).all()]
-
-    for row in await _with_db(a.store, work):
+    async with _admin(a.store) as admin:
+        schema, rows = await admin.tail(a.topic, a.from_offset, a.limit)
+    names = schema.names
+    for row in (dict(zip(names, r, strict=True)) for r in rows):
         meta = {k: v for k, v in row.items() if k in META_NAMES and v is not None}
         data = {k: v for k, v in row.items() if k not in META_NAMES and v is not None}
         print(json.dumps({"offset": meta.pop("_offset"), **meta, "data": data}, default=str))
@@ -127,24 +90,21 @@ async def cmd_tail(a: argparse.Namespace) -> int:
 async def cmd_export(a: argparse.Namespace) -> int:
     """Export through the typed Arrow schema stored with the topic."""
 
-    def work(conn: Connection) -> int:
-        table, schema = _schema_of(conn, a.topic)
-        cols = ", ".join(f'"{n}"' for n in schema.names)
-        sql = f'SELECT {cols} FROM "{table}" WHERE _offset >= {int(a.from_offset)} ORDER BY _offset'
+    def write(schema: pa.Schema, pages: Iterator[list[tuple[Any, ...]]]) -> int:
         from .codec import TopicSchema
 
         ts = TopicSchema.from_arrow(a.topic, _fields_only(schema))
         count = 0
-        cur = conn.exec_driver_sql(sql)
         with pq.ParquetWriter(a.path, ts.arrow_schema) as writer:
-            while rows := cur.fetchmany(50_000):
-                batch = ts.to_arrow([tuple(r) for r in rows])
+            for rows in pages:
+                batch = ts.to_arrow(rows)
                 writer.write_batch(batch)
                 count += batch.num_rows
                 print(f"  exported {count} rows", file=sys.stderr, flush=True)
         return count
 
-    n = await _with_db(a.store, work)
+    async with _admin(a.store) as admin:
+        n = await admin.scan(a.topic, a.from_offset, write)
     print(f"wrote {n} rows to {a.path}")
     return 0
 
@@ -154,13 +114,10 @@ def _fields_only(schema: pa.Schema) -> pa.Schema:
 
 
 async def cmd_dead_letters(a: argparse.Namespace) -> int:
-    db = Database(a.store)
-    await db.open()
-    try:
+    async with _admin(a.store) as admin:
+        db = admin.db
         letters = await db.read(lambda c: list_sync(db, c, a.component))
-        names = await db.read(lambda c: [str(r[0]) for r in c.exec_driver_sql(_COMPONENTS).all()])
-    finally:
-        await db.close()
+        names = await admin.components()
     if a.broker:  # the broker's dead-letter queues too (adapters that have them)
         letters.extend(
             await _broker_dead_letters(a.broker, [a.component] if a.component else names)
@@ -182,9 +139,6 @@ async def cmd_dead_letters(a: argparse.Namespace) -> int:
         ],
     )
     return 0
-
-
-_COMPONENTS = "SELECT DISTINCT component FROM rv_checkpoints ORDER BY component"
 
 
 async def _broker_dead_letters(url: str, groups: list[str]) -> list[Any]:

@@ -1,0 +1,193 @@
+"""What the ``reventless`` command reads from a store, without the application's code.
+
+``StoreAdmin`` is the port: an overview of topics (with their head offsets) and of
+collectors (checkpoint, lag, whether retention overtook them), a topic's events read back
+through the Arrow schema stored with it, and the components that hold checkpoints. Each
+method is one read transaction (a consistent snapshot), as the command always read it.
+
+Example::
+
+    admin = SqlStoreAdmin(db)                       # an opened Database
+    overview = await admin.overview()
+    schema, rows = await admin.tail("Order", from_offset=1, limit=5)
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import pyarrow as pa
+from sqlalchemy.engine import Connection
+
+from ..errors import StoreError
+from .database import Database
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+#: Rows per page of ``StoreAdmin.scan`` (the Parquet export writes one batch per page).
+SCAN_PAGE = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class TopicHead:
+    """One registered topic: its kind, tenant pin, partition count, last offset, table."""
+
+    name: str
+    kind: str
+    tenant: str | None
+    partitions: int
+    head: int
+    table: str
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorLag:
+    """One component on one topic: its highest checkpoint, the largest gap between a
+    partition's head and its checkpoint, and whether retention deleted events past a
+    checkpoint (``resnapshot_required``)."""
+
+    component: str
+    topic: str
+    checkpoint: int
+    lag: int
+    resnapshot_required: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOverview:
+    """Topics in name order; collectors in (component, topic) order."""
+
+    topics: list[TopicHead]
+    collectors: list[CollectorLag]
+
+
+class StoreAdmin(Protocol):
+    """The store as the command-line tool inspects it."""
+
+    async def overview(self) -> StoreOverview:
+        """Topics with their heads, and collectors with their checkpoints and lag."""
+        ...
+
+    async def tail(self, topic: str, from_offset: int, limit: int) -> tuple[pa.Schema, list[Row]]:
+        """The topic's stored schema and up to ``limit`` rows from ``from_offset`` on, in
+        offset order (columns in the schema's order); ``StoreError`` for an unknown topic."""
+        ...
+
+    async def scan(
+        self,
+        topic: str,
+        from_offset: int,
+        consume: Callable[[pa.Schema, Iterator[list[Row]]], T],
+        page_size: int = SCAN_PAGE,
+    ) -> T:
+        """Call ``consume(schema, pages)`` with the topic's stored schema and its rows from
+        ``from_offset`` on in pages, in one read transaction (``consume`` runs on the
+        store's reader thread); returns what ``consume`` returns."""
+        ...
+
+    async def components(self) -> list[str]:
+        """Names of the components that hold checkpoints, sorted."""
+        ...
+
+
+class SqlStoreAdmin:
+    """``StoreAdmin`` on the SQL store (SQLite, PostgreSQL)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def overview(self) -> StoreOverview:
+        return await self.db.read(self._overview_sync)
+
+    def _overview_sync(self, conn: Connection) -> StoreOverview:
+        rows = conn.exec_driver_sql(
+            "SELECT name, kind, tenant, partitions, table_name FROM rv_topics ORDER BY name"
+        ).all()
+        heads: dict[tuple[str, int], int] = {}
+        for name, _, _, _, table in rows:
+            sql = f'SELECT _partition, MAX(_offset) FROM "{table}" GROUP BY _partition'
+            heads.update({(name, int(p)): int(h) for p, h in conn.exec_driver_sql(sql).all()})
+        topics = [
+            TopicHead(
+                n, k, t, parts, max((h for (tn, _), h in heads.items() if tn == n), default=0), tb
+            )
+            for n, k, t, parts, tb in rows
+        ]
+        lag: dict[tuple[str, str], list[int]] = {}
+        cps = conn.exec_driver_sql(
+            'SELECT component, topic, "partition", "offset" FROM rv_checkpoints '
+            "ORDER BY component, topic"
+        ).all()
+        for c, t, p, o in cps:
+            entry = lag.setdefault((c, t), [0, 0])
+            entry[0] = max(entry[0], int(o))
+            entry[1] = max(entry[1], heads.get((t, int(p)), 0) - int(o))
+        stopped = self._behind_sync(conn)
+        collectors = [
+            CollectorLag(c, t, cp, behind, (c, t) in stopped)
+            for (c, t), (cp, behind) in lag.items()
+        ]
+        return StoreOverview(topics, collectors)
+
+    def _behind_sync(self, conn: Connection) -> set[tuple[str, str]]:
+        # The (component, topic) pairs with a checkpoint behind its partition's retention
+        # horizon: the query of ``Retention.collectors_behind`` (no horizons table yet:
+        # retention never ran, nothing is behind).
+        if not conn.dialect.has_table(conn, "rv_retention_horizons"):
+            return set()
+        q = self.db.q
+        sql = (
+            f"SELECT c.component, c.topic, c.{q('partition')}, c.{q('offset')}, h.horizon "
+            f"FROM rv_checkpoints c JOIN rv_retention_horizons h "
+            f"ON h.topic = c.topic AND h.{q('partition')} = c.{q('partition')} "
+            f"WHERE c.{q('offset')} < h.horizon"
+        )
+        return {(str(c), str(t)) for c, t, _, _, _ in conn.exec_driver_sql(sql).all()}
+
+    def _schema_sync(self, conn: Connection, topic: str) -> tuple[str, pa.Schema]:
+        row = conn.exec_driver_sql(
+            f"SELECT table_name, arrow_schema FROM rv_topics WHERE name = {self.db.mark}",
+            (topic,),
+        ).first()
+        if row is None:
+            raise StoreError(f"no topic {topic!r} in this store")
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(row[1])))
+        return str(row[0]), schema
+
+    def _select(self, table: str, schema: pa.Schema, from_offset: int) -> str:
+        cols = ", ".join(f'"{n}"' for n in schema.names)
+        return f'SELECT {cols} FROM "{table}" WHERE _offset >= {int(from_offset)} ORDER BY _offset'
+
+    async def tail(self, topic: str, from_offset: int, limit: int) -> tuple[pa.Schema, list[Row]]:
+        def work(conn: Connection) -> tuple[pa.Schema, list[Row]]:
+            table, schema = self._schema_sync(conn, topic)
+            sql = f"{self._select(table, schema, from_offset)} LIMIT {int(limit)}"
+            return schema, [tuple(r) for r in conn.exec_driver_sql(sql).all()]
+
+        return await self.db.read(work)
+
+    async def scan(
+        self,
+        topic: str,
+        from_offset: int,
+        consume: Callable[[pa.Schema, Iterator[list[Row]]], T],
+        page_size: int = SCAN_PAGE,
+    ) -> T:
+        def work(conn: Connection) -> T:
+            table, schema = self._schema_sync(conn, topic)
+            cur = conn.exec_driver_sql(self._select(table, schema, from_offset))
+
+            def pages() -> Iterator[list[Row]]:
+                while rows := cur.fetchmany(page_size):
+                    yield [tuple(r) for r in rows]
+
+            return consume(schema, pages())
+
+        return await self.db.read(work)
+
+    async def components(self) -> list[str]:
+        sql = "SELECT DISTINCT component FROM rv_checkpoints ORDER BY component"
+        return await self.db.read(lambda c: [str(r[0]) for r in c.exec_driver_sql(sql).all()])
