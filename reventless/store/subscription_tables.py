@@ -1,4 +1,5 @@
-"""Tables of subscriptions, consumer-group leases and retention (created by ``open``)."""
+"""Tables of subscriptions, consumer-group leases and retention (created by
+``Subscriptions.open``; the horizons table also by collectors that check it)."""
 
 from __future__ import annotations
 

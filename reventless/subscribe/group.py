@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..store.tables import insert_ignore
+from ..store import fairshare
 from . import tables
 from .catalog import col, events_of, head_sync
 from .errors import AckBeyondHeadError, BadRequestError, LeaseLostError, ResnapshotRequiredError
@@ -100,70 +100,17 @@ class Member:
 
         def work(conn: Connection) -> Leases:
             subs._get_sync(conn, sid, self.tenant)
-            now = time.time()
-            until = now + self.ttl
-            w_key = (_W.c.subscription_id == sid, _W.c.worker == me)
-            if not conn.execute(_W.update().where(*w_key).values(expires_at=until)).rowcount:
-                insert_ignore(
-                    conn, _W, [{"subscription_id": sid, "worker": me, "expires_at": until}]
-                )
-            conn.execute(_W.delete().where(_W.c.subscription_id == sid, _W.c.expires_at < now))
-            live = sorted(
-                str(w)
-                for (w,) in conn.execute(sa.select(_W.c.worker).where(_W.c.subscription_id == sid))
-            )
-            # the first (partitions % members) members by name take one extra partition
-            share, extra = divmod(info.partitions, max(1, len(live)))
-            fair = share + (1 if me in live and live.index(me) < extra else 0)
-            insert_ignore(
+            grant = fairshare.heartbeat(
                 conn,
-                _P,
-                [
-                    {
-                        "subscription_id": sid,
-                        "partition": p,
-                        "owner": None,
-                        "epoch": 0,
-                        "expires_at": 0.0,
-                        "acked": sub.acked,
-                    }
-                    for p in range(info.partitions)
-                ],
+                fairshare.SUBSCRIPTION_LEASES,
+                (sid,),
+                me,
+                {sub.topic: info.partitions},
+                self.ttl,
+                defaults={"acked": sub.acked},
             )
-            rows = list(
-                conn.execute(
-                    sa.select(_P).where(_P.c.subscription_id == sid).order_by(_P.c.partition)
-                )
-            )
-            held: dict[int, int] = {}
-            key = (_P.c.subscription_id == sid,)
-            for r in rows:
-                if r.owner != me or r.expires_at < now:
-                    continue
-                cas = (*key, _P.c.partition == r.partition, _P.c.owner == me, _P.c.epoch == r.epoch)
-                if len(held) < fair:
-                    if conn.execute(_P.update().where(*cas).values(expires_at=until)).rowcount:
-                        held[int(r.partition)] = int(r.epoch)
-                else:  # more than the fair share: let a newer member have it
-                    conn.execute(_P.update().where(*cas).values(owner=None, expires_at=0.0))
-            for r in rows:
-                if len(held) >= fair:
-                    break
-                if r.partition in held or (r.owner is not None and r.expires_at >= now):
-                    continue
-                claimed = conn.execute(
-                    _P.update()
-                    .where(
-                        *key,
-                        _P.c.partition == r.partition,
-                        _P.c.epoch == r.epoch,
-                        sa.or_(_P.c.owner.is_(None), _P.c.expires_at < now),
-                    )
-                    .values(owner=me, epoch=r.epoch + 1, expires_at=until)
-                ).rowcount
-                if claimed:
-                    held[int(r.partition)] = int(r.epoch) + 1
-            return Leases(held, now, until)
+            held = {p: e for (_, p), e in grant.held.items()}
+            return Leases(held, grant.now, grant.expires_at)
 
         return await subs.db.write(work)
 
