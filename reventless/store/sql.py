@@ -34,8 +34,10 @@ from .append import (
     StoredRow,
     TableInfo,
 )
+from .collector import SqlCollectorStore
 from .database import Database
 from .ddl import PG_TYPES, evolve, topic_table
+from .leases import SqlLeaseStore
 
 if TYPE_CHECKING:
     from .pgasync import AsyncAppender
@@ -84,6 +86,15 @@ class SqlEventStore:
         self._changed = asyncio.Event()
         #: Commits signalled so far (own appends, NOTIFYs): see ``wait_for_change``.
         self.changes = 0
+        #: Collector state: checkpoints, dead letters, batch commits (``collector.py``).
+        self.collectors = SqlCollectorStore(db)
+        #: Leases of leased collector groups (``leases.py``).
+        self.leases = SqlLeaseStore(db)
+
+    @property
+    def dialect(self) -> str:
+        """The SQL dialect's name (``sqlite`` or ``postgresql``): what predicates compile to."""
+        return "sqlite" if self.db.is_sqlite else "postgresql"
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reventless as rv
-from reventless.collect.lease import (
+from reventless.store.leases import (
     Part,
     fair_share,
     heartbeat_sync,

@@ -1,0 +1,282 @@
+"""What collectors keep in the store: checkpoints, dead letters, and the commit of a batch.
+
+A collector's batch commits through one call, ``CollectorStore.commit``: in ONE
+transaction it checks the lease fence (a leased member still holds the partition at its
+epoch, else ``LeaseLostError`` and nothing lands), runs the read model's handlers against
+the rows of that transaction (``apply`` gets a ``RowWriter``), records dead letters and
+moves the partition's checkpoint. Checkpoints are per (component, topic, partition): the
+last offset processed, every earlier event of that partition done. Dead letters park the
+later events of their aggregate until redriven.
+
+Example::
+
+    store = SqlCollectorStore(db)
+    checkpoints, parked = await store.load("order_summaries")
+    await store.commit("order_summaries", Progress("Order", 0, 42), failed=[...])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy.engine import Connection
+
+from ..deadletter import DeadLetter
+from ..errors import LeaseLostError
+from .database import Database
+from .leases import holds_sync
+from .readmodel import RowWriter
+
+Part = tuple[str, int]  # (topic, partition)
+Parked = set[tuple[str, str]]  # (topic, aggregate id)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A leased member's claim on a partition: it commits only while the store still
+    records ``worker`` as the owner at ``epoch``."""
+
+    worker: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Where a batch moves a partition: its checkpoint becomes ``offset``; ``fence`` (a
+    leased member's) is checked first in the same transaction."""
+
+    topic: str
+    partition: int
+    offset: int
+    fence: Fence | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An event a component gives up on (for now): recorded as a dead letter."""
+
+    topic: str
+    offset: int
+    aggregate_id: str | None
+    msg_id: str
+    event_type: str
+    error: str
+    attempts: int
+
+
+class RowTable(Protocol):
+    """A read model's table as a batch commit writes it (``SqlReadModelTable``)."""
+
+    def writer(self, conn: Connection) -> RowWriter:
+        """Its rows inside the commit's transaction."""
+        ...
+
+
+#: Runs a batch's handlers inside the commit (on the store's writer thread): returns the
+#: failures to record, or None to leave the batch (nothing is written, ``commit`` is False).
+Apply = Callable[[RowWriter], Sequence[Failure] | None]
+
+
+class CollectorStore(Protocol):
+    """The collector side of a store (``SqlCollectorStore`` implements it)."""
+
+    async def load(self, component: str) -> tuple[dict[Part, int], Parked]:
+        """Every checkpoint of ``component`` and its parked aggregates (one snapshot)."""
+        ...
+
+    async def load_partition(self, component: str, part: Part) -> tuple[int, Parked]:
+        """One partition's checkpoint (0: none yet) and the parked aggregates."""
+        ...
+
+    async def commit(
+        self,
+        component: str,
+        progress: Progress | None,
+        *,
+        failed: Sequence[Failure] = (),
+        fence: tuple[Part, Fence] | None = None,
+        rows: RowTable | None = None,
+        apply: Apply | None = None,
+    ) -> bool:
+        """One transaction: the fence (``progress.fence``, or ``fence`` for a redo without
+        progress), ``apply`` on ``rows``, dead letters, the checkpoint. False (nothing
+        written) when ``apply`` returned None."""
+        ...
+
+    async def dead_letters(self, component: str | None = None) -> list[DeadLetter]:
+        """Open dead letters (of every component when None), per aggregate in offset order."""
+        ...
+
+    async def resolve(self, letter_id: int) -> None:
+        """Remove a dead letter after a successful redrive."""
+        ...
+
+    async def retry_failed(self, letter_id: int, error: str) -> None:
+        """Record another failed attempt of a dead letter."""
+        ...
+
+
+class SqlCollectorStore:
+    """``CollectorStore`` on the SQL database (``rv_checkpoints``, ``rv_dead_letters``,
+    fenced by ``rv_collector_leases``)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        q = db.q
+        self._checkpoint_sql = (
+            f"INSERT INTO rv_checkpoints (component, topic, {q('partition')}, {q('offset')}) "
+            f"VALUES ({db.placeholders(4)}) "
+            f"ON CONFLICT (component, topic, {q('partition')}) "
+            f"DO UPDATE SET {q('offset')} = excluded.{q('offset')}"
+        )
+        self._dead_letter_sql = (
+            f"INSERT INTO rv_dead_letters (component, topic, {q('offset')}, aggregate_id, "
+            "msg_id, event_type, error, attempts, created_at) "
+            f"VALUES ({db.placeholders(9)}) "
+            f"ON CONFLICT (component, topic, {q('offset')}) DO NOTHING"
+        )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def load(self, component: str) -> tuple[dict[Part, int], Parked]:
+        def work(conn: Connection) -> tuple[dict[Part, int], Parked]:
+            q = self.db.q
+            sql = (
+                f"SELECT topic, {q('partition')}, {q('offset')} FROM rv_checkpoints "
+                f"WHERE component = {self.db.mark}"
+            )
+            got = {
+                (str(t), int(p)): int(o)
+                for t, p, o in conn.exec_driver_sql(sql, (component,)).all()
+            }
+            return got, self._parked_sync(conn, component)
+
+        return await self.db.read(work)
+
+    async def load_partition(self, component: str, part: Part) -> tuple[int, Parked]:
+        def work(conn: Connection) -> tuple[int, Parked]:
+            q, m = self.db.q, self.db.mark
+            sql = (
+                f"SELECT {q('offset')} FROM rv_checkpoints WHERE component = {m} "
+                f"AND topic = {m} AND {q('partition')} = {m}"
+            )
+            cp = conn.exec_driver_sql(sql, (component, *part)).scalar()
+            return int(cp or 0), self._parked_sync(conn, component)
+
+        return await self.db.read(work)
+
+    def _parked_sync(self, conn: Connection, component: str) -> Parked:
+        sql = (
+            "SELECT DISTINCT topic, aggregate_id FROM rv_dead_letters "
+            f"WHERE component = {self.db.mark} AND aggregate_id IS NOT NULL"
+        )
+        return {(str(t), str(a)) for t, a in conn.exec_driver_sql(sql, (component,)).all()}
+
+    # -- the batch commit --------------------------------------------------------------------
+
+    async def commit(
+        self,
+        component: str,
+        progress: Progress | None,
+        *,
+        failed: Sequence[Failure] = (),
+        fence: tuple[Part, Fence] | None = None,
+        rows: RowTable | None = None,
+        apply: Apply | None = None,
+    ) -> bool:
+        def work(conn: Connection) -> bool:
+            if progress is not None and progress.fence is not None:
+                self._fence_sync(conn, component, (progress.topic, progress.partition), progress.fence)
+            elif fence is not None:
+                self._fence_sync(conn, component, *fence)
+            found: Sequence[Failure] = ()
+            if apply is not None:
+                assert rows is not None, "apply needs the read model's rows"
+                got = apply(rows.writer(conn))
+                if got is None:
+                    return False
+                found = got
+            self._record_sync(conn, component, [*failed, *found])
+            if progress is not None:
+                conn.exec_driver_sql(
+                    self._checkpoint_sql,
+                    (component, progress.topic, progress.partition, progress.offset),
+                )
+            return True
+
+        return await self.db.write(work)
+
+    def _fence_sync(self, conn: Connection, component: str, part: Part, fence: Fence) -> None:
+        """Raise ``LeaseLostError`` (rolling the transaction back) unless ``fence.worker``
+        still holds ``part`` at ``fence.epoch``. On PostgreSQL the lease row stays
+        share-locked until the transaction ends, so a concurrent claim waits for this
+        commit and then sees what it wrote."""
+        if not holds_sync(self.db, conn, component, fence.worker, part, fence.epoch):
+            raise LeaseLostError(
+                f"collector {component!r} worker {fence.worker!r} no longer holds topic "
+                f"{part[0]!r} partition {part[1]} (epoch {fence.epoch}): nothing of the "
+                "batch landed"
+            )
+
+    def _record_sync(self, conn: Connection, component: str, failed: Sequence[Failure]) -> None:
+        """Insert dead letters (a replayed batch does not duplicate them)."""
+        if not failed:
+            return
+        now = time.time_ns() // 1000
+        conn.exec_driver_sql(
+            self._dead_letter_sql,
+            [
+                (
+                    component,
+                    f.topic,
+                    f.offset,
+                    f.aggregate_id,
+                    f.msg_id,
+                    f.event_type,
+                    f.error[:4000],
+                    f.attempts,
+                    now,
+                )
+                for f in failed
+            ],
+        )
+
+    async def set_checkpoints(self, component: str, checkpoints: Mapping[Part, int]) -> None:
+        """Write checkpoints outright (tests and tools; collectors commit through ``commit``)."""
+
+        def work(conn: Connection) -> None:
+            for (topic, partition), offset in checkpoints.items():
+                conn.exec_driver_sql(self._checkpoint_sql, (component, topic, partition, offset))
+
+        await self.db.write(work)
+
+    # -- dead letters ------------------------------------------------------------------------
+
+    async def dead_letters(self, component: str | None = None) -> list[DeadLetter]:
+        return await self.db.read(lambda conn: self.dead_letters_sync(conn, component))
+
+    def dead_letters_sync(self, conn: Connection, component: str | None) -> list[DeadLetter]:
+        """``dead_letters`` inside the caller's transaction (store-internal)."""
+        q = self.db.q
+        sql = (
+            f"SELECT id, component, topic, {q('offset')}, aggregate_id, msg_id, event_type, "
+            "error, attempts, created_at FROM rv_dead_letters"
+        )
+        params: tuple[Any, ...] = ()
+        if component is not None:
+            sql += f" WHERE component = {self.db.mark}"
+            params = (component,)
+        sql += f" ORDER BY component, topic, aggregate_id, {q('offset')}"
+        return [DeadLetter(*r) for r in conn.exec_driver_sql(sql, params).all()]
+
+    async def resolve(self, letter_id: int) -> None:
+        sql = f"DELETE FROM rv_dead_letters WHERE id = {self.db.mark}"
+        await self.db.write(lambda conn: conn.exec_driver_sql(sql, (letter_id,)))
+
+    async def retry_failed(self, letter_id: int, error: str) -> None:
+        m = self.db.mark
+        sql = f"UPDATE rv_dead_letters SET attempts = attempts + 1, error = {m} WHERE id = {m}"
+        await self.db.write(lambda conn: conn.exec_driver_sql(sql, (error[:4000], letter_id)))
