@@ -49,9 +49,8 @@ class BrokerError(ReventlessError):
     """The broker cannot be reached or refused a publish."""
 
 
-class LeaseLostError(ReventlessError):
-    """The worker no longer holds the partition's lease (expired and taken over, released
-    or never held): the work it fenced was refused and nothing of it landed."""
+class PredicateError(ReventlessError):
+    """A predicate is malformed, names an unknown column or compares the wrong types."""
 
 
 class ConcurrencyError(ReventlessError):
@@ -100,3 +99,67 @@ class Rejected(ReventlessError):
 
 def _rebuild_rejected(code: str, detail: str, data: dict[str, Any]) -> Rejected:
     return Rejected(code, detail, **data)
+
+
+# -- subscriptions (the gateway answers each with its ``status`` and ``code``) --------------
+
+
+class SubscriptionError(ReventlessError):
+    """A subscription operation was refused; nothing changed."""
+
+    status = 400
+    code = "bad_request"
+
+
+class SubscriptionNotFoundError(SubscriptionError):
+    """No open subscription with this id (for this tenant)."""
+
+    status = 404
+    code = "not_found"
+
+
+class TopicNotFoundError(SubscriptionError):
+    """The store has no such topic (or it is pinned to another tenant)."""
+
+    status = 404
+    code = "unknown_topic"
+
+
+class BadRequestError(SubscriptionError):
+    """A malformed argument: a negative or oversized limit, an unknown column..."""
+
+
+class AckBeyondHeadError(SubscriptionError):
+    """An ack names an offset the topic has not reached."""
+
+    status = 409
+    code = "ack_beyond_head"
+
+
+class LeaseLostError(SubscriptionError):
+    """The worker no longer holds the partition's lease (expired and taken over, released
+    or never held): the work it fenced was refused and nothing of it landed.
+
+    Raised by a leased collector's commit and by a subscription group's ack (the gateway
+    answers HTTP 409 ``lease_lost``)."""
+
+    status = 409
+    code = "lease_lost"
+
+
+class ResnapshotRequiredError(SubscriptionError):
+    """The cursor is behind the retained horizon: events it needs were deleted.
+
+    ``horizon`` is the last deleted offset; rebuild state from a snapshot, then resume at
+    ``horizon + 1`` (``Subscriptions.seek``)."""
+
+    status = 410
+    code = "resnapshot_required"
+
+    def __init__(self, topic: str, cursor: int, horizon: int, partition: int | None = None) -> None:
+        self.topic, self.cursor, self.horizon, self.partition = topic, cursor, horizon, partition
+        where = f"topic {topic!r}" + ("" if partition is None else f" partition {partition}")
+        super().__init__(
+            f"resnapshot required: {where} retains offsets after {horizon}, the cursor needs "
+            f"{cursor}"
+        )

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import sqlalchemy as sa
 
-from ..subscribe.predicate import Predicate, PredicateError
+from ..predicate import Predicate, PredicateError
 from ..topic import TopicDef
 from .component import Component
 

@@ -12,7 +12,7 @@ Example::
 
 from __future__ import annotations
 
-from .errors import (
+from ..errors import (
     AckBeyondHeadError,
     BadRequestError,
     LeaseLostError,
@@ -21,8 +21,8 @@ from .errors import (
     SubscriptionNotFoundError,
     TopicNotFoundError,
 )
+from ..predicate import COLUMN_ALIASES, BrokerFilter, Predicate, PredicateError
 from .group import Leases, Member
-from .predicate import COLUMN_ALIASES, BrokerFilter, Predicate, PredicateError
 from .retention import Behind, Retention
 from .service import ADMIN, Page, Status, Subscription, Subscriptions
 

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..codec import META_NAMES, TopicSchema
+from ..predicate import COLUMN_ALIASES
 from ..store.database import Database
-from .predicate import COLUMN_ALIASES
 
 #: Stored metadata column -> the name it has in a subscription's JSON events.
 EVENT_NAMES: dict[str, str] = {

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..errors import AckBeyondHeadError, BadRequestError, LeaseLostError, ResnapshotRequiredError
 from ..store import fairshare
 from . import tables
 from .catalog import col, events_of, head_sync
-from .errors import AckBeyondHeadError, BadRequestError, LeaseLostError, ResnapshotRequiredError
 from .service import Page, read_sync
 
 if TYPE_CHECKING:

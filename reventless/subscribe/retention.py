@@ -25,10 +25,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..errors import BadRequestError, TopicNotFoundError
 from ..store.database import Database
 from . import tables
 from .catalog import TopicInfo, col, head_sync, load_topics_sync
-from .errors import BadRequestError, TopicNotFoundError
 
 _R, _H = tables.retention, tables.horizons
 

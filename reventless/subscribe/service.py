@@ -30,17 +30,17 @@ from typing import TYPE_CHECKING, Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..store.database import Database
-from . import tables
-from .catalog import TopicInfo, col, events_of, head_sync, load_topics_sync
-from .errors import (
+from ..errors import (
     AckBeyondHeadError,
     BadRequestError,
     ResnapshotRequiredError,
     SubscriptionNotFoundError,
     TopicNotFoundError,
 )
-from .predicate import Predicate
+from ..predicate import Predicate
+from ..store.database import Database
+from . import tables
+from .catalog import TopicInfo, col, events_of, head_sync, load_topics_sync
 
 if TYPE_CHECKING:
     from .group import Member

@@ -1,18 +1,23 @@
-"""The compilers of a parsed predicate tree (``predicate.py``): a SQLAlchemy clause with
-bound parameters, a ``pyarrow.compute`` expression, a Python row function (three-valued),
-and the value domain a broker can filter on. ``Predicate`` calls these."""
+"""The compilers of a parsed predicate tree (``tree.py``): a SQLAlchemy clause with bound
+parameters (``to_sql``), a ``pyarrow.compute`` expression (``to_arrow``), a Python row
+function (``to_python``) and the value domain a broker can filter on (``domain``,
+``BrokerFilter``). All follow SQL's three-valued logic (a comparison with NULL is
+unknown; only rows where the predicate is TRUE pass) and the same LIKE rules (``%``,
+``_``, backslash escapes, case-sensitive: SQLite compiles LIKE to GLOB, PostgreSQL
+compares text with ``COLLATE "C"``). ``Predicate`` calls these."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import sqlalchemy as sa
 
-from .predicate import (
+from .tree import (
     And,
     Compare,
     Field,
@@ -242,3 +247,26 @@ def domain(node: Node, column: str) -> frozenset[Value] | None:
             return None
         return frozenset().union(*doms)  # type: ignore[arg-type]
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerFilter:
+    """What a broker can filter on for a predicate: the event types and partitions it
+    restricts to (None: not restricted). Only an over-approximation: receivers still
+    apply the full predicate."""
+
+    event_types: frozenset[str] | None
+    partitions: frozenset[int] | None
+
+    def nats_subjects(self, topic: str) -> list[str]:
+        """JetStream filter subjects (``rv.<topic>.<partition>``; the stream's subjects)."""
+        if self.partitions is None:
+            return [f"rv.{topic}.*"]
+        return [f"rv.{topic}.{p}" for p in sorted(self.partitions)]
+
+    def sns_filter_policy(self, attribute: str = "rv-types") -> dict[str, list[str]] | None:
+        """An SNS subscription filter policy on the message attribute holding the event
+        type (None when the predicate does not restrict the type)."""
+        if self.event_types is None:
+            return None
+        return {attribute: sorted(self.event_types)}
