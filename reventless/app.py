@@ -17,8 +17,9 @@ import asyncio
 import contextlib
 import gc
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pyarrow as pa
@@ -455,3 +456,8 @@ class App:
     def topics(self) -> dict[str, Topic]:
         """Declared topics by name."""
         return dict(self._topics)
+
+    @property
+    def components(self) -> Mapping[str, Component]:
+        """Collected components by name, in the order they were collected (read-only)."""
+        return MappingProxyType(self._components)

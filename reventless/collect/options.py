@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .. import topology
 from ..errors import SpecError
 
 
@@ -63,13 +64,13 @@ class CollectorOptions:
         """The broker consumer group of ``component``'s static member ``member`` (default
         this process's): the component's name, or ``<name>.m<member>of<members>``."""
         m = self.member if member is None else member
-        return f"{component}.m{m}of{self.members}" if self.members > 1 else component
+        return topology.static_group(component, self.members, m)
 
     def static_share(self, partitions: int, member: int | None = None) -> list[int]:
         """The partitions of a topic (of ``partitions``) that static member ``member``
         (default this process's) owns: ``p % members == member``."""
         m = self.member if member is None else member
-        return [p for p in range(partitions) if p % self.members == m]
+        return topology.static_share(partitions, self.members, m)
 
     @property
     def heartbeat_interval(self) -> float:
