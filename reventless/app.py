@@ -27,13 +27,12 @@ from pydantic import BaseModel
 
 from .broker import Broker, open_broker
 from .codec import TopicSchema
+from .collect.collector import Collector
 from .collect.component import Component, EventMapper, HandlerSpec, ReadModel, SideEffectHandler
-from .collect.deadletter import DeadLetter, RedriveReport, list_sync
+from .collect.groups import group_name as lease_group
 from .collect.kinds import MapperCollector, ReadModelCollector, SideEffectCollector
-from .collect.lease import group_name as lease_group
 from .collect.options import CollectorOptions
-from .collect.runtime import Collector
-from .store.readmodel import SqlReadModelTable as ReadModelTable
+from .deadletter import DeadLetter, RedriveReport
 from .decode import retired_models
 from .errors import ReventlessError, SpecError
 from .eventlog import EventLog, LogOptions, Topic
@@ -41,6 +40,7 @@ from .handle import CollectorHandle, Projection
 from .relay import Relay, decode_batch, encode_batch
 from .spec import Aggregate, Event
 from .store.database import Database, StoreOptions
+from .store.readmodel import SqlReadModelTable as ReadModelTable
 from .store.sql import SqlEventStore
 from .topic import TopicDef, TopicKind
 
@@ -429,8 +429,7 @@ class App:
         """Open dead letters (of one component, or all): the events handlers gave up on,
         then the broker messages a broker dead-lettered (adapters that have a dead-letter
         queue offer ``dead_letters(group)``; those rows have ``id`` 0)."""
-        db = self.store.db
-        letters = await db.read(lambda conn: list_sync(db, conn, component))
+        letters = await self.store.collectors.dead_letters(component)
         listing = getattr(self.broker, "dead_letters", None)
         if listing is not None and self._started:
             for name in [component] if component is not None else list(self._components):

@@ -26,9 +26,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .codec import META_NAMES
-from .collect.deadletter import list_sync
 from .errors import ReventlessError
 from .store.admin import SqlStoreAdmin
+from .store.collector import SqlCollectorStore
 from .store.database import Database
 
 
@@ -115,8 +115,7 @@ def _fields_only(schema: pa.Schema) -> pa.Schema:
 
 async def cmd_dead_letters(a: argparse.Namespace) -> int:
     async with _admin(a.store) as admin:
-        db = admin.db
-        letters = await db.read(lambda c: list_sync(db, c, a.component))
+        letters = await SqlCollectorStore(admin.db).dead_letters(a.component)
         names = await admin.components()
     if a.broker:  # the broker's dead-letter queues too (adapters that have them)
         letters.extend(

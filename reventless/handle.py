@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from .collect.collector import Collector
 from .collect.component import Component, ReadModel
-from .collect.deadletter import DeadLetter, RedriveReport
-from .collect.runtime import Collector
-from .store.readmodel import SqlReadModelTable as ReadModelTable
+from .deadletter import DeadLetter, RedriveReport
 from .errors import StoreError
+from .store.readmodel import SqlReadModelTable as ReadModelTable
 
 if TYPE_CHECKING:
     from .app import App

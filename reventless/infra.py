@@ -24,7 +24,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from .codec import TopicSchema
 from .collect.component import ReadModel
-from .collect.lease import group_name as lease_group
+from .collect.groups import group_name as lease_group
 from .collect.where import compile_where, narrow
 from .errors import SpecError
 from .store import tables

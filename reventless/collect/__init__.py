@@ -1,9 +1,9 @@
 """Collectors: read models, event mappers (sagas) and side-effect handlers."""
 
+from .collector import Collector
 from .component import Delete, EventMapper, ReadModel, Send, SideEffectHandler, Upsert
 from .deadletter import DeadLetter, RedriveReport
 from .options import CollectorOptions
-from .runtime import Collector
 
 __all__ = [
     "Collector",

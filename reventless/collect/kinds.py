@@ -7,14 +7,15 @@ import logging
 import random
 from typing import Any
 
-from sqlalchemy.engine import Connection
-
 from ..errors import Rejected, SpecError
 from ..eventlog import command_id_for
 from ..spec import Envelope, Metadata
 from ..store.append import StoredRow
+from ..store.collector import Failure
+from ..store.readmodel import RowWriter
+from ..store.readmodel import SqlReadModelTable as ReadModelTable
 from ..topic import partition_of
-from . import deadletter
+from .collector import Collector, Failed, LogResolver, failures
 from .component import (
     Delete,
     EventMapper,
@@ -26,10 +27,8 @@ from .component import (
     as_ops,
     call,
 )
-from .deadletter import _err
+from .deadletter import error_text
 from .rowfold import RowFold
-from .runtime import Collector, Failed, LogResolver
-from ..store.readmodel import SqlReadModelTable as ReadModelTable
 
 log = logging.getLogger("reventless.collect")
 
@@ -52,17 +51,18 @@ class ReadModelCollector(Collector):
             if fold is not None:
                 self.folds[topic] = fold
 
-    def apply_sync(
-        self, conn: Connection, envs: list[Envelope[Any]], *, redo: bool = False
-    ) -> Failed:
-        """Run the handlers over ``envs`` and write the final rows; returns failures."""
+    def apply_rows(
+        self, rows: RowWriter, envs: list[Envelope[Any]], *, redo: bool = False
+    ) -> list[Failure]:
+        """Run the handlers over ``envs`` and write the final rows (inside the batch's
+        store transaction); returns the failures to dead-letter."""
         table = self.table
         pairs = [(ev, self.handler_for(ev)) for ev in envs]
         keys = [spec.key(ev) if spec.wants_current else None for ev, spec in pairs]
         need = {k for k, (_, spec) in zip(keys, pairs, strict=True) if spec.wants_current}
-        state: dict[Any, Any] = table.fetch_sync(conn, list(need)) if need else {}
+        state: dict[Any, Any] = rows.fetch(list(need)) if need else {}
         changed: dict[Any, Any] = {}
-        failed: Failed = []
+        failed: list[tuple[Envelope[Any], str, int]] = []
         row_type, key_field = table.model.row, table.model.key
         check_parked = bool(self.parked) and not redo
         for (ev, spec), key in zip(pairs, keys, strict=True):
@@ -86,14 +86,14 @@ class ReadModelCollector(Collector):
             except Exception as exc:
                 if redo:
                     raise
-                failed.append((ev, _err(exc), 1))
+                failed.append((ev, error_text(exc), 1))
                 self.park(ev)
                 continue
             for k, row in staged:
                 state[k] = row
                 changed[k] = row
-        table.write_sync(conn, changed)
-        return failed
+        rows.write(changed)
+        return failures(failed)
 
     async def process_page(
         self, topic: str, partition: int, rows: list[StoredRow], checkpoint: int
@@ -105,17 +105,16 @@ class ReadModelCollector(Collector):
             await super().process_page(topic, partition, rows, checkpoint)
             return
 
-        def work(conn: Connection) -> bool:
+        def fold_rows(table: RowWriter) -> list[Failure] | None:
             keys = fold.keys(rows)
-            current = self.table.fetch_sync(conn, keys) if keys else {}
+            current = table.fetch(keys) if keys else {}
             final = fold.fold(rows, current) if keys is not None else None
             if final is None:
-                return False
-            self.table.write_sync(conn, final)
-            self.checkpoint_sync(conn, topic, partition, checkpoint)
-            return True
+                return None  # the handlers run instead
+            table.write(final)
+            return []
 
-        if await self.db.write(work):
+        if await self.commit(topic, partition, checkpoint, rows=self.table, apply=fold_rows):
             self.folded += len(rows)
         else:
             await super().process_page(topic, partition, rows, checkpoint)
@@ -125,25 +124,21 @@ class ReadModelCollector(Collector):
     ) -> None:
         """Rows, dead letters and checkpoint in one transaction."""
 
-        def work(conn: Connection) -> None:
-            failed = self.apply_sync(conn, envs) if envs else []
-            deadletter.record_sync(self.db, conn, self.name, failed)
-            self.checkpoint_sync(conn, topic, partition, checkpoint)
+        def apply(rows: RowWriter) -> list[Failure]:
+            return self.apply_rows(rows, envs) if envs else []
 
-        await self.db.write(work)
+        await self.commit(topic, partition, checkpoint, rows=self.table, apply=apply)
 
     async def redo(self, ev: Envelope[Any]) -> None:
         """Apply one event again (no checkpoint change); raise on failure. In a leased
         group only while this member holds the event's partition (else
         ``LeaseLostError``, nothing lands)."""
 
-        def work(conn: Connection) -> None:
-            if self.lease is not None:
-                part = partition_of(ev.aggregate_id, self.topics[ev.topic].partitions)
-                self.lease.fence_sync(conn, ev.topic, part)
-            self.apply_sync(conn, [ev], redo=True)
+        def apply(rows: RowWriter) -> list[Failure]:
+            return self.apply_rows(rows, [ev], redo=True)  # raises on failure
 
-        await self.db.write(work)
+        part = partition_of(ev.aggregate_id, self.topics[ev.topic].partitions)
+        await self.commit(ev.topic, part, None, rows=self.table, apply=apply)
 
 
 class _RetryingCollector(Collector):
@@ -179,7 +174,7 @@ class _RetryingCollector(Collector):
             await run(parts.pop(None))
         await asyncio.gather(*(run(p) for p in parts.values()))
         failed.sort(key=lambda f: f[0].offset)
-        await self._commit(topic, partition, checkpoint, failed)
+        await self.commit(topic, partition, checkpoint, failed=failed)
 
     async def _attempt(self, ev: Envelope[Any], failed: Failed) -> None:
         spec = self.handler_for(ev)
@@ -188,13 +183,13 @@ class _RetryingCollector(Collector):
                 await self.handle(ev, spec)
                 return
             except Rejected as exc:  # a business refusal will not change on retry
-                failed.append((ev, _err(exc), attempt))
+                failed.append((ev, error_text(exc), attempt))
                 self.park(ev)
                 return
             except Exception as exc:
                 if attempt == self.max_attempts:
                     log.warning("%s gave up on %s@%s: %s", self.name, ev.topic, ev.offset, exc)
-                    failed.append((ev, _err(exc), attempt))
+                    failed.append((ev, error_text(exc), attempt))
                     self.park(ev)
                 else:
                     delay = self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)

@@ -24,7 +24,7 @@ class CollectorOptions:
     - ``group="leased"``: members come and go. Each holds leases on its fair share of the
       partitions, renewed every ``heartbeat`` seconds (default ``lease_ttl / 3``); the
       partitions of a member that stopped heartbeating are taken over ``lease_ttl``
-      seconds later, and a joining member gets its share (see ``reventless.collect.lease``).
+      seconds later, and a joining member gets its share (see ``reventless.collect.groups``).
       ``worker`` names this member (default ``hostname-pid-random``; unique per process).
 
     Example::

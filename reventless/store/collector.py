@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection
@@ -125,17 +126,26 @@ class SqlCollectorStore:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        q = db.q
-        self._checkpoint_sql = (
+
+    # The statements depend on the driver's quoting and parameter style, known once the
+    # database is open: built at first use.
+    @cached_property
+    def _checkpoint_sql(self) -> str:
+        q = self.db.q
+        return (
             f"INSERT INTO rv_checkpoints (component, topic, {q('partition')}, {q('offset')}) "
-            f"VALUES ({db.placeholders(4)}) "
+            f"VALUES ({self.db.placeholders(4)}) "
             f"ON CONFLICT (component, topic, {q('partition')}) "
             f"DO UPDATE SET {q('offset')} = excluded.{q('offset')}"
         )
-        self._dead_letter_sql = (
+
+    @cached_property
+    def _dead_letter_sql(self) -> str:
+        q = self.db.q
+        return (
             f"INSERT INTO rv_dead_letters (component, topic, {q('offset')}, aggregate_id, "
             "msg_id, event_type, error, attempts, created_at) "
-            f"VALUES ({db.placeholders(9)}) "
+            f"VALUES ({self.db.placeholders(9)}) "
             f"ON CONFLICT (component, topic, {q('offset')}) DO NOTHING"
         )
 
@@ -189,7 +199,9 @@ class SqlCollectorStore:
     ) -> bool:
         def work(conn: Connection) -> bool:
             if progress is not None and progress.fence is not None:
-                self._fence_sync(conn, component, (progress.topic, progress.partition), progress.fence)
+                self._fence_sync(
+                    conn, component, (progress.topic, progress.partition), progress.fence
+                )
             elif fence is not None:
                 self._fence_sync(conn, component, *fence)
             found: Sequence[Failure] = ()

@@ -24,18 +24,19 @@ from .database import Database, table_name
 from .ddl import KIND_TYPES
 
 R = TypeVar("R", bound=BaseModel)
+R_co = TypeVar("R_co", bound=BaseModel, covariant=True)
 log = logging.getLogger("reventless.collect")
 _CHUNK = 500
 
 
-class RowModel(Protocol[R]):
+class RowModel(Protocol[R_co]):
     """What a read-model table needs of its declaration (``rv.ReadModel`` has it)."""
 
     @property
     def name(self) -> str: ...
 
     @property
-    def row(self) -> type[R]: ...
+    def row(self) -> type[R_co]: ...
 
     @property
     def key(self) -> str: ...

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 import reventless as rv
-from reventless.collect.lease import group_name as lease_group
+from reventless.collect.groups import group_name as lease_group
 from reventless.store.tables import collector_leases as L
 from reventless.testing import envelope
 from tests.integration.group_members import leased_app

@@ -6,6 +6,13 @@ collector, a restart, a lost or reordered message) is read from the store first,
 anything at or below the checkpoint is skipped, so duplicated or reordered deliveries
 change nothing. Commits (and, on PostgreSQL, NOTIFYs from other processes) wake a
 store poll that covers broker outages. The kinds of collectors are in ``kinds.py``.
+
+Its partition API is public: ``acquire``/``release`` a partition (at a lease epoch, which
+fences the partition's commits), ``catch_up``, ``reset_checkpoints`` (inside
+``exclusive``), ``pause``/``resume``. Static and leased groups (``groups.py``),
+dead-letter redrive and the Spark hand-off drive it through them. Every batch commits
+through the store's one call (``CollectorStore.commit``: rows, dead letters, the lease
+fence and the checkpoint in one transaction).
 """
 
 from __future__ import annotations
@@ -13,28 +20,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
-
-from sqlalchemy.engine import Connection
 
 from ..broker import Broker, Message, Subscription
 from ..codec import META_NAMES
+from ..deadletter import DeadLetter, RedriveReport
 from ..decode import envelope_of
 from ..errors import LeaseLostError
 from ..eventlog import EventLog
 from ..relay import decode_batch
 from ..spec import Aggregate, Envelope
 from ..store.append import StoredRow
+from ..store.collector import Apply, Failure, Fence, Progress, RowTable
 from ..store.sql import SqlEventStore
 from ..topic import TopicDef
 from . import deadletter, horizons
-from .component import (
-    Component,
-    HandlerSpec,
-)
-from .deadletter import RedriveReport
-from .lease import Membership, default_worker
+from .component import Component, HandlerSpec
+from .groups import LeasedGroup
 from .livebatch import Run
 from .options import CollectorOptions
 
@@ -43,9 +46,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("reventless.collect")
 
+#: Events a batch gives up on: (event, error, attempts).
 Failed = list[tuple[Envelope[Any], str, int]]
+
+
+def failures(failed: Sequence[tuple[Envelope[Any], str, int]]) -> list[Failure]:
+    """The dead letters to record for ``failed``."""
+    return [
+        Failure(ev.topic, ev.offset, ev.aggregate_id, ev.msg_id, ev.type, err, n)
+        for ev, err, n in failed
+    ]
+
+
 Part = tuple[str, int]  # (topic, partition)
 PARTITION_AT = META_NAMES.index("_partition")
+TYPE_AT = META_NAMES.index("_type")
+OFFSET_AT = META_NAMES.index("_offset")
 LogResolver = Callable[[type[Aggregate] | str], EventLog[Any]]
 State = Literal["running", "paused", "resnapshot_required"]
 
@@ -82,11 +98,15 @@ class Collector:
             n: opts.static_share(t.partitions) for n, t in self.topics.items()
         }
         #: This process's membership of a leased group (None: static).
-        self.lease: Membership | None = None
+        self.lease: LeasedGroup | None = None
+        #: The lease epoch each acquired partition runs at (leased groups): it fences
+        #: the partition's commits.
+        self.epochs: dict[Part, int] = {}
+        #: Called with (partition, epoch) when a commit found the lease taken over.
+        self.on_fenced: Callable[[Part, int], None] | None = None
         if opts.group == "leased":
             self.owned = {n: [] for n in self.topics}
-            worker = opts.worker or default_worker()
-            self.lease = Membership(self, worker, opts.lease_ttl, opts.heartbeat_interval)
+            self.lease = LeasedGroup(self, opts)
         #: Last processed offset per (topic, partition).
         self.checkpoints: dict[Part, int] = {}
         self.filters = dict(filters or {})
@@ -106,48 +126,38 @@ class Collector:
     async def start(self) -> None:
         """Load checkpoints, subscribe, catch up from the store, start polling."""
         names = list(self.topics)
-        q = self.db.q
-
-        def load(conn: Connection) -> tuple[dict[Part, int], set[tuple[str, str]]]:
-            sql = (
-                f"SELECT topic, {q('partition')}, {q('offset')} FROM rv_checkpoints "
-                f"WHERE component = {self.db.mark}"
-            )
-            got = {
-                (str(t), int(p)): int(o)
-                for t, p, o in conn.exec_driver_sql(sql, (self.name,)).all()
-            }
-            return got, deadletter.parked_sync(self.db, conn, self.name)
-
         await horizons.ensure_table(self.db)
         if self.lease is not None:  # partitions come and go with their leases
             await self.lease.start()
             self._poller = asyncio.get_running_loop().create_task(self._poll())
             return
-        got, self.parked = await self.db.read(load)
+        got, self.parked = await self.store.collectors.load(self.name)
         self.checkpoints = {(n, p): got.get((n, p), 0) for n in names for p in self.owned[n]}
         opts = self.options
         grouped = opts.members > 1
-        self._sub = await self.broker.subscribe(
+        self._sub = await self.subscribe(
             opts.static_group(self.name),
             names,
-            self._on_messages,
-            partitions=sorted({p for ps in self.owned.values() for p in ps}) if grouped else None,
-            **self._subscribe_options(),
+            sorted({p for ps in self.owned.values() for p in ps}) if grouped else None,
         )
         async with self._lock:
             for part in list(self.checkpoints):
                 await self._catch_up(part)
         self._poller = asyncio.get_running_loop().create_task(self._poll())
 
-    def _subscribe_options(self) -> dict[str, Any]:
-        """Adapter-specific keywords of ``Broker.subscribe``."""
+    async def subscribe(
+        self, group: str, topics: Sequence[str], partitions: Collection[int] | None
+    ) -> Subscription:
+        """Subscribe ``on_messages`` to the broker as consumer ``group`` (``partitions``:
+        only those topic partitions)."""
         extra: dict[str, Any] = {}
         if getattr(self.broker, "filters_types", False):
             # The broker can drop messages of no wanted event type itself (SNS filter
             # policies); what it still delivers is filtered here as always.
             extra["types"] = self.wanted_types()
-        return extra
+        return await self.broker.subscribe(
+            group, topics, self.on_messages, partitions=partitions, **extra
+        )
 
     def wanted_types(self) -> dict[str, frozenset[str]]:
         """Per topic, the event types this collector needs when that is fewer than all
@@ -201,6 +211,54 @@ class Collector:
         async with self._lock:
             yield
 
+    # -- the partition API (groups, redrive, hand-offs) ----------------------------------
+
+    async def acquire(self, topic: str, partition: int, epoch: int | None = None) -> int:
+        """Start running ``(topic, partition)`` from its stored checkpoint (returned); in a
+        leased group at lease ``epoch``, which fences its commits. Waits for work in
+        flight; the caller subscribes and catches up (``catch_up``)."""
+        key = (topic, partition)
+        async with self._lock:  # nothing of this collector is in flight meanwhile
+            # read after the claim committed: the previous owner's last commit is in it
+            cp, self.parked = await self.store.collectors.load_partition(self.name, key)
+            self.checkpoints[key] = cp
+            if epoch is not None:
+                self.epochs[key] = epoch
+            self._owned_changed()
+        return cp
+
+    async def release(self, parts: Iterable[Part]) -> None:
+        """Stop running ``parts`` (waiting for work in flight): their deliveries are
+        dropped from now on, and nothing more of theirs commits here."""
+        async with self._lock:
+            for key in parts:
+                self.epochs.pop(key, None)
+                self.checkpoints.pop(key, None)
+                self.resnapshot_required.pop(key, None)
+            self._owned_changed()
+
+    def _owned_changed(self) -> None:
+        self.owned = {t: sorted(p for (n, p) in self.checkpoints if n == t) for t in self.topics}
+
+    def reset_checkpoints(self, checkpoints: Mapping[Part, int]) -> None:
+        """Adopt checkpoints another transaction committed (a Spark hand-off): for the
+        partitions this member runs. Call it inside ``exclusive()``."""
+        for part, offset in checkpoints.items():
+            if part in self.checkpoints:
+                self.checkpoints[part] = offset
+
+    async def catch_up(self, topic: str, partition: int, *, epoch: int | None = None) -> None:
+        """Process what the store holds past the partition's checkpoint (at ``epoch``
+        only, if given: a partition re-acquired since is left to its new run)."""
+        key = (topic, partition)
+        async with self._lock:
+            if epoch is None or self.epochs.get(key) == epoch:
+                await self._catch_up(key)
+
+    def unpark(self, topic: str, aggregate_id: str) -> None:
+        """Let later events of an aggregate through again (its dead letters are resolved)."""
+        self.parked.discard((topic, aggregate_id))
+
     @property
     def paused(self) -> bool:
         """True while processing is paused."""
@@ -217,7 +275,7 @@ class Collector:
         """Raise ``ResnapshotRequiredError`` if a partition is stopped behind the horizon."""
         if not self.resnapshot_required:
             return
-        from ..subscribe.errors import ResnapshotRequiredError
+        from ..errors import ResnapshotRequiredError
 
         for (topic, partition), horizon in self.resnapshot_required.items():
             cursor = self.checkpoints[topic, partition] + 1
@@ -267,7 +325,8 @@ class Collector:
 
     # -- delivery --------------------------------------------------------------------------
 
-    async def _on_messages(self, msgs: Sequence[Message]) -> None:
+    async def on_messages(self, msgs: Sequence[Message]) -> None:
+        """The broker handler: process live batches (see the module docstring)."""
         # Rows of consecutive messages of one topic partition become one batch: one
         # transaction. A message is one partition's run of offsets ``prev < o <= last``.
         pending: list[Run] = []
@@ -310,7 +369,8 @@ class Collector:
             await self._wait_running()
             for p, part in by_part.items():
                 kept = part if f is None else f.rows(part)
-                await self._deliver_run(Run(topic, p, kept, part[0][0], part[-1][0], prev))
+                first, last = part[0][OFFSET_AT], part[-1][OFFSET_AT]
+                await self._deliver_run(Run(topic, p, kept, first, last, prev))
 
     async def _deliver_run(self, run: Run) -> None:
         key = (run.topic, run.partition)
@@ -335,7 +395,7 @@ class Collector:
         topic, partition = key
         single = self.topics[topic].partitions == 1
         f = self.filters.get(topic)
-        dialect = "sqlite" if self.db.is_sqlite else "postgresql"
+        dialect = self.store.dialect
         while key not in self.resnapshot_required:
             await self._wait_running()
             if key not in self.checkpoints:
@@ -346,7 +406,7 @@ class Collector:
             page, part = self.options.page_size, None if single else partition
             if f is None:
                 rows = await self.store.read(topic, cp + 1, page, upto=upto, partition=part)
-                through = rows[-1][0] if rows else cp
+                through = rows[-1][OFFSET_AT] if rows else cp
             else:
                 rows, through = await self.store.read_matching(
                     topic, cp + 1, page, f.clause(dialect), upto=upto, partition=part
@@ -419,7 +479,7 @@ class Collector:
         chunk = next(chunks, [])
         while key in self.checkpoints:  # not a leased partition lost meanwhile
             following = next(chunks, None)
-            end = chunk[-1][0] if chunk else self.checkpoints[key]
+            end = chunk[-1][OFFSET_AT] if chunk else self.checkpoints[key]
             if following is None and through is not None:
                 end = max(end, through)
             if end <= self.checkpoints[key]:
@@ -440,7 +500,7 @@ class Collector:
         handlers = self.dispatch.get(topic, {})
         schema = self.topics[topic].schema
         wildcard = "*" in handlers
-        envs = [envelope_of(schema, topic, r) for r in rows if wildcard or r[5] in handlers]
+        envs = [envelope_of(schema, topic, r) for r in rows if wildcard or r[TYPE_AT] in handlers]
         await self.process(topic, partition, envs, checkpoint)
 
     def handler_for(self, ev: Envelope[Any]) -> HandlerSpec:
@@ -459,27 +519,48 @@ class Collector:
         if ev.aggregate_id is not None:
             self.parked.add((ev.topic, ev.aggregate_id))
 
-    def checkpoint_sync(self, conn: Connection, topic: str, partition: int, offset: int) -> None:
-        """Upsert this collector's checkpoint inside the caller's transaction. In a leased
-        group it first checks that this member still holds the partition's lease, else
-        raises ``LeaseLostError`` so the whole transaction rolls back."""
-        if self.lease is not None:
-            self.lease.fence_sync(conn, topic, partition)
-        q = self.db.q
-        conn.exec_driver_sql(
-            f"INSERT INTO rv_checkpoints (component, topic, {q('partition')}, {q('offset')}) "
-            f"VALUES ({self.db.placeholders(4)}) "
-            f"ON CONFLICT (component, topic, {q('partition')}) "
-            f"DO UPDATE SET {q('offset')} = excluded.{q('offset')}",
-            (self.name, topic, partition, offset),
-        )
+    def fence(self, part: Part) -> Fence | None:
+        """The lease fence of ``part``'s commits (None: a static member). Raises
+        ``LeaseLostError`` in a leased group that does not run ``part`` any more."""
+        if self.lease is None:
+            return None
+        epoch = self.epochs.get(part)
+        if epoch is None:
+            raise LeaseLostError(
+                f"collector {self.name!r} worker {self.lease.worker!r} no longer holds topic "
+                f"{part[0]!r} partition {part[1]}: nothing of the batch landed"
+            )
+        return Fence(self.lease.worker, epoch)
 
-    async def _commit(self, topic: str, partition: int, offset: int, failed: Failed) -> None:
-        def work(conn: Connection) -> None:
-            deadletter.record_sync(self.db, conn, self.name, failed)
-            self.checkpoint_sync(conn, topic, partition, offset)
-
-        await self.db.write(work)
+    async def commit(
+        self,
+        topic: str,
+        partition: int,
+        checkpoint: int | None,
+        *,
+        failed: Sequence[tuple[Envelope[Any], str, int]] = (),
+        rows: RowTable | None = None,
+        apply: Apply | None = None,
+    ) -> bool:
+        """Commit a batch of ``(topic, partition)`` through the store's one call: the lease
+        fence, ``apply`` on ``rows``, dead letters and the checkpoint (None: leave it) in
+        one transaction. False when ``apply`` left the batch (nothing written)."""
+        part = (topic, partition)
+        fence = self.fence(part)
+        progress = None if checkpoint is None else Progress(topic, partition, checkpoint, fence)
+        try:
+            return await self.store.collectors.commit(
+                self.name,
+                progress,
+                failed=failures(failed),
+                fence=None if fence is None or progress is not None else (part, fence),
+                rows=rows,
+                apply=apply,
+            )
+        except LeaseLostError:
+            if fence is not None and self.on_fenced is not None:
+                self.on_fenced(part, fence.epoch)
+            raise
 
     # -- kind-specific ---------------------------------------------------------------------
 
@@ -495,9 +576,9 @@ class Collector:
 
     # -- dead letters ----------------------------------------------------------------------
 
-    async def dead_letters(self) -> list[deadletter.DeadLetter]:
+    async def dead_letters(self) -> list[DeadLetter]:
         """This collector's open dead letters, per aggregate in offset order."""
-        return await self.db.read(lambda c: deadletter.list_sync(self.db, c, self.name))
+        return await self.store.collectors.dead_letters(self.name)
 
     async def redrive(self, aggregate_id: str | None = None) -> RedriveReport:
         """Retry dead letters per aggregate in offset order, stopping an aggregate at its
