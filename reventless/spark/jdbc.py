@@ -13,34 +13,16 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import sqlalchemy as sa
 
 from ..codec import META_NAMES, TopicSchema
 from ..errors import StoreError
+from ..store.database import Database
+from ..store.swap import jdbc_location, jdbc_slice
 from .arrow import spark_schema, to_spark
 from .session import jdbc_jar
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-
-def jdbc_url(url: sa.URL) -> tuple[str, dict[str, str]]:
-    """JDBC URL and connection properties for a ``postgresql+psycopg://`` store URL.
-
-    A ``search_path`` given in libpq ``options`` becomes ``currentSchema``."""
-    if url.get_backend_name() != "postgresql":
-        raise StoreError(f"JDBC reading needs a PostgreSQL store, not {url.drivername!r}")
-    query = f"jdbc:postgresql://{url.host or '127.0.0.1'}:{url.port or 5432}/{url.database}"
-    props = {"driver": "org.postgresql.Driver", "user": url.username or "postgres"}
-    if url.password:
-        props["password"] = str(url.password)
-    options = url.query.get("options")
-    for opt in [options] if isinstance(options, str) else list(options or ()):
-        for part in opt.split():
-            key, _, value = part.removeprefix("-c").partition("=")
-            if key == "search_path":
-                props["currentSchema"] = value
-    return query, props
 
 
 def _typed(schema_bytes: bytes, name: str) -> Any:
@@ -59,7 +41,7 @@ def _typed(schema_bytes: bytes, name: str) -> Any:
 
 def read_jdbc(
     spark: SparkSession,
-    url: sa.URL,
+    db: Database,
     table: str,
     name: str,
     schema: pa.Schema,
@@ -68,7 +50,8 @@ def read_jdbc(
     upper: int,
     partitions: int = 4,
 ) -> DataFrame:
-    """Offsets ``lower..upper`` of topic table ``table`` as a typed DataFrame."""
+    """Offsets ``lower..upper`` of topic table ``table`` of the PostgreSQL store ``db`` as
+    a typed DataFrame."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     if jdbc_jar() is None:
@@ -76,9 +59,8 @@ def read_jdbc(
             "the PostgreSQL JDBC driver is missing: apt-get install libpostgresql-jdbc-java "
             "(or set REVENTLESS_JDBC_JAR)"
         )
-    address, props = jdbc_url(url)
-    cols = ", ".join(f'"{n}"' for n in schema.names)
-    query = f'(SELECT {cols} FROM "{table}" WHERE _offset BETWEEN {int(lower)} AND {int(upper)}) t'
+    address, props = jdbc_location(db)
+    query = jdbc_slice(table, schema.names, lower, upper)
     reader = spark.read.format("jdbc").option("url", address).option("dbtable", query)
     reader = reader.option("fetchsize", "10000")
     if upper > lower:

@@ -22,22 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..collect.component import Component, ReadModel, _default_key
-from ..collect.runtime import Collector
+from ..collect.collector import Collector
 from ..collect.upserts import KEY_COLUMN
 from ..errors import SpecError, StoreError
 from ..eventlog import EventLog
 from ..store.database import table_name
 from ..store.sql import SqlEventStore
+from ..store.swap import SqlRebuildLog, SqlTableVersions, TableVersions
 from .fold import RebuildError, TopicPlan, fold_partition, output_schema, recipe_of, schema_of
 from .source import Source, default_workdir, log_frame
-from .swap import (
-    drop_table,
-    load_version,
-    replace_sync,
-    staged_rows,
-    swap_sync,
-    version_name,
-)
+from .swap import catch_up, staged_rows, version_name
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -203,12 +197,8 @@ async def _resolve_as_of(store: SqlEventStore, names: list[str], as_of: AsOf) ->
     if isinstance(as_of, int):
         return {n: min(as_of, heads[n]) for n in names}
     micros = int(as_of.timestamp() * 1_000_000)
-    db = store.db
-    out = {}
-    for n in names:
-        sql = f"SELECT MAX(_offset) FROM {db.q(store.table_of(n))} WHERE _produced_at <= {db.mark}"
-        out[n] = int(await db.read(lambda c, s=sql: c.exec_driver_sql(s, (micros,)).scalar() or 0))  # type: ignore[misc]
-    return out
+    log = SqlRebuildLog(store)
+    return {n: await log.offset_at(n, micros) for n in names}
 
 
 async def _open_store(app: App, names: list[str]) -> tuple[SqlEventStore, bool]:
@@ -290,13 +280,14 @@ async def rebuild(
         except Exception as exc:
             raise _spark_error(exc) from None
         version = version_name(model)
+        versions = SqlTableVersions(store)
         try:
             say("loading rows into a new table version")
-            rows = await load_version(store.db, model, version, staged_rows(stage))
+            rows = await versions.load(model, version, staged_rows(stage))
             applied = handled()
             if as_of is not None:
                 target = f"{table_name('rm_', model.name)[:40]}__asof_{max(upto.values())}"
-                await store.db.write(lambda conn: replace_sync(conn, store.db, version, target))
+                await versions.install(version, target)
                 return RebuildReport(
                     model.name,
                     "vectorised" if compiled else "python",
@@ -308,9 +299,9 @@ async def rebuild(
                     target,
                 )
             say("swapping the new version in")
-            final, extra = await _swap(store, app, model, plans, version, upto)
+            final, extra = await _swap(versions, store, app, model, plans, version, upto)
         except BaseException:
-            await drop_table(store.db, version)
+            await versions.drop(version)
             raise
         finally:
             shutil.rmtree(stage, ignore_errors=True)
@@ -331,6 +322,7 @@ async def rebuild(
 
 
 async def _swap(
+    versions: TableVersions,
     store: SqlEventStore,
     app: App,
     model: ReadModel[Any],
@@ -341,14 +333,11 @@ async def _swap(
     names = list(upto)
     heads = await store.partition_heads(names, upto=upto)
     collector = _running(app, model.name)
-
-    def work(conn: Any) -> tuple[dict[Part, int], int]:
-        return swap_sync(store, conn, model, version, plans, heads)
-
+    apply = catch_up(model, plans)
     if collector is None:
-        return await store.db.write(work)
+        return await versions.swap(model, version, heads, apply)
     async with collector.exclusive():
-        final, extra = await store.db.write(work)
+        final, extra = await versions.swap(model, version, heads, apply)
         for part, offset in final.items():
             if part in collector.checkpoints:
                 collector.checkpoints[part] = offset

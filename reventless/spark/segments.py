@@ -25,11 +25,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import sqlalchemy as sa
 
 from ..errors import StoreError
-from ..store import tables
 from ..store.sql import SqlEventStore
+from ..store.swap import SqlRebuildLog
 from ..topic import TopicDef
 from .arrow import spark_schema, to_spark
 
@@ -64,18 +63,6 @@ def segments(directory: Path) -> list[tuple[int, int, Path]]:
     return found
 
 
-async def _identity(store: SqlEventStore, topic: str) -> str:
-    def work(conn: sa.Connection) -> str:
-        row = conn.execute(
-            sa.select(tables.topics.c.created_at).where(tables.topics.c.name == topic)
-        ).first()
-        if row is None:
-            raise StoreError(f"topic {topic!r} does not exist")
-        return str(row[0])
-
-    return await store.db.read(work)
-
-
 async def export_segments(
     store: SqlEventStore,
     topic: TopicDef,
@@ -89,7 +76,8 @@ async def export_segments(
     current head) as new segment files; earlier segments are never rewritten."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    identity = {"topic": topic.name, "created_at": await _identity(store, topic.name)}
+    created_at = await SqlRebuildLog(store).incarnation(topic.name)
+    identity = {"topic": topic.name, "created_at": created_at}
     manifest = directory / _MANIFEST
     if manifest.exists() and json.loads(manifest.read_text()) != identity:
         shutil.rmtree(directory)  # segments of an older incarnation of this topic

@@ -61,7 +61,7 @@ async def log_frame(
         parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
         return read_jdbc(
             spark,
-            store.db.url,
+            store.db,
             store.table_of(topic.name),
             topic.name,
             arrow,
