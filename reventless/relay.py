@@ -22,15 +22,12 @@ from collections import deque
 from collections.abc import Mapping
 
 import pyarrow as pa
-from sqlalchemy.engine import Connection
 
 from .broker import Broker, Message
 from .codec import META_NAMES
 from .errors import ReventlessError
 from .store.append import AppendResult, StoredRow
-from .store.sql import SqlEventStore, heads_sync
-from .store.tables import insert_ignore
-from .store.tables import relay as relay_table
+from .store.sql import SqlEventStore
 from .topic import TopicDef
 
 PARTITION_AT = META_NAMES.index("_partition")
@@ -166,21 +163,7 @@ class Relay:
         """Load positions (a new topic starts at its head) and start publishing."""
         names = list(self.topics)
 
-        def work(conn: Connection) -> dict[str, int]:
-            def positions() -> dict[str, int]:
-                sql = 'SELECT topic, "offset" FROM rv_relay'
-                return {str(t): int(o) for t, o in conn.exec_driver_sql(sql).all()}
-
-            got = positions()
-            heads = heads_sync(self.store.db, conn)
-            missing = [n for n in names if n not in got]
-            # another process starting at once may insert a topic's row first
-            insert_ignore(
-                conn, relay_table, [{"topic": n, "offset": heads.get(n, 0)} for n in missing]
-            )
-            return positions() if missing else got
-
-        positions = await self.store.db.write(work)
+        positions = await self.store.relay_positions.start(names)
         self.published = {n: positions[n] for n in names}
         # Rows committed but not published when we start are another (live or dead)
         # process's: left to its relay for ``orphan_after`` seconds.
@@ -259,11 +242,7 @@ class Relay:
                 self._foreign.pop(name, None)
 
     async def _shared_positions(self) -> dict[str, int]:
-        def work(conn: Connection) -> dict[str, int]:
-            rows = conn.exec_driver_sql('SELECT topic, "offset" FROM rv_relay').all()
-            return {str(t): int(o) for t, o in rows}
-
-        return await self.store.db.read(work)
+        return await self.store.relay_positions.shared()
 
     async def publish_pending(self) -> bool:
         """Publish everything committed and not yet published; False if the broker failed."""
@@ -300,15 +279,7 @@ class Relay:
         changed = {t: o for t, o in self.published.items() if self._persisted.get(t) != o}
         if not changed:
             return
-        mark = self.store.db.mark
-
-        def work(conn: Connection) -> None:
-            conn.exec_driver_sql(  # never move a position another relay advanced back
-                f'UPDATE rv_relay SET "offset" = {mark} WHERE topic = {mark} AND "offset" < {mark}',
-                [(o, t, o) for t, o in changed.items()],
-            )
-
-        await self.store.db.write(work)
+        await self.store.relay_positions.advance(changed)  # never moves another's back
         self._persisted.update(changed)
 
     async def stop(self) -> None:

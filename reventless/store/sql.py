@@ -38,6 +38,7 @@ from .collector import SqlCollectorStore
 from .database import Database
 from .ddl import PG_TYPES, evolve, topic_table
 from .leases import SqlLeaseStore
+from .relay import SqlRelayPositions
 
 if TYPE_CHECKING:
     from .pgasync import AsyncAppender
@@ -90,6 +91,8 @@ class SqlEventStore:
         self.collectors = SqlCollectorStore(db)
         #: Leases of leased collector groups (``leases.py``).
         self.leases = SqlLeaseStore(db)
+        #: The outbox relay's positions (``relay.py``).
+        self.relay_positions = SqlRelayPositions(db, partial(heads_sync, db))
 
     @property
     def dialect(self) -> str:
