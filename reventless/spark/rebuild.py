@@ -21,8 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..collect.component import Component, ReadModel, _default_key
 from ..collect.collector import Collector
+from ..collect.component import Component, ReadModel, _default_key
 from ..collect.upserts import KEY_COLUMN
 from ..errors import SpecError, StoreError
 from ..eventlog import EventLog
@@ -74,7 +74,7 @@ def plan(model: Component, app: App) -> list[TopicPlan]:
     key = getattr(model, "key", None)
     if not key or key not in model.row.model_fields:
         raise SpecError(f"{model.name}: a read model needs a key that is a field of its row")
-    order = app._dispatch(model)  # as the live collector dispatches, in its order
+    order = app.topology().dispatch_of(model)  # as the live collector dispatches it
     plans = []
     for name, handlers in order.items():
         topic = app.topics[name]
@@ -338,7 +338,5 @@ async def _swap(
         return await versions.swap(model, version, heads, apply)
     async with collector.exclusive():
         final, extra = await versions.swap(model, version, heads, apply)
-        for part, offset in final.items():
-            if part in collector.checkpoints:
-                collector.checkpoints[part] = offset
+        collector.reset_checkpoints(final)  # adopt what the swap committed
     return final, extra
