@@ -25,11 +25,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import pyarrow as pa
 from pydantic import BaseModel
 
-from .broker import Broker, open_broker
+from .broker import Broker, DeadLetterQueues, OrderAware, Undeclaring, open_broker
 from .codec import TopicSchema
 from .collect.collector import Collector
-from .collect.component import Component, EventMapper, HandlerSpec, ReadModel, SideEffectHandler
-from .collect.groups import group_name as lease_group
+from .collect.component import Component, EventMapper, ReadModel, SideEffectHandler
 from .collect.kinds import MapperCollector, ReadModelCollector, SideEffectCollector
 from .collect.options import CollectorOptions
 from .deadletter import DeadLetter, RedriveReport
@@ -38,14 +37,15 @@ from .errors import ReventlessError, SpecError
 from .eventlog import EventLog, LogOptions, Topic
 from .handle import CollectorHandle, Projection
 from .relay import Relay, decode_batch, encode_batch
-from .spec import Aggregate, Event
+from .spec import Aggregate
 from .store.database import Database, StoreOptions
 from .store.readmodel import SqlReadModelTable as ReadModelTable
 from .store.sql import SqlEventStore
 from .topic import TopicDef, TopicKind
+from .topology import Topology
 
 if TYPE_CHECKING:
-    from .collect.where import TopicFilter
+    pass
 
 A = TypeVar("A", bound=Aggregate)
 R = TypeVar("R", bound=BaseModel)
@@ -110,6 +110,7 @@ class App:
         self._collectors: dict[str, Collector] = {}
         self._tables: dict[str, ReadModelTable[Any]] = {}
         self._relay: Relay | None = None
+        self._topology: Topology | None = None
         self._started = False
 
     # -- declaring (no I/O) ----------------------------------------------------------------
@@ -212,33 +213,13 @@ class App:
 
     # -- building and running --------------------------------------------------------------
 
-    def _dispatch(self, component: Component) -> dict[str, dict[str, HandlerSpec]]:
-        owner: dict[type[Event], str] = {}
-        for spec, lg in self._logs.items():
-            for ev in spec.event_classes:
-                owner[ev] = lg.name
-        out: dict[str, dict[str, HandlerSpec]] = {}
-        for ev, h in component.handlers.items():
-            topic = owner.get(ev)
-            if topic is None:
-                raise SpecError(
-                    f"{component.name}: handles {ev.__name__}, but no EventLog of this App has it"
-                )
-            out.setdefault(topic, {})[ev.event_type] = h
-        for topic, h in component.topic_handlers.items():
-            if topic not in self._topics:
-                raise SpecError(f"{component.name}: handles unknown topic {topic!r}")
-            out.setdefault(topic, {})["*"] = h
-        if not out:
-            raise SpecError(f"{component.name}: has no handlers")
-        return out
-
     async def start(self) -> None:
         """Open the store, build every topic atomically, start relay and collectors."""
         if self._started:
             return
-        dispatches = {n: self._dispatch(c) for n, c in self._components.items()}
-        filters = self._filters(dispatches)
+        topology = self._topology = Topology.of(self)
+        dispatches = {n: topology.dispatch(n) for n in self._components}
+        filters = {n: topology.filters(n) for n in self._components}
         self._check_order()
         await self.store.open()
         created: list[str] = []
@@ -293,57 +274,28 @@ class App:
         if self.options.gc_freeze:
             _freeze_once()
 
-    def _filters(
-        self, dispatches: dict[str, dict[str, dict[str, HandlerSpec]]]
-    ) -> dict[str, dict[str, TopicFilter]]:
-        """Every component's ``where=`` compiled per topic it reads (``PredicateError``)."""
-        if all(c.where is None for c in self._components.values()):
-            return {n: {} for n in self._components}
-        from .collect.where import compile_where
-
-        return {
-            n: compile_where(c, {t: self._topics[t].definition for t in dispatches[n]})
-            for n, c in self._components.items()
-        }
-
     def _check_order(self) -> None:
         """A component that needs per-aggregate order may not run on an unordered channel
-        (an adapter that can be unordered offers ``delivers_in_order(group)``)."""
-        in_order = getattr(self.broker, "delivers_in_order", None)
-        if in_order is None:
+        (an adapter that can be unordered is ``OrderAware``)."""
+        if not isinstance(self.broker, OrderAware):
             return
+        in_order = self.broker.delivers_in_order
         for name, comp in self._components.items():
-            if comp.ordered and not all(in_order(g) for g in self._groups(name)):
+            if comp.ordered and not all(in_order(g) for g in self.topology().groups(name)):
                 raise SpecError(
                     f"{name} needs per-aggregate order, but the broker delivers its group "
                     "unordered: use an ordered (FIFO) channel, or declare the component with "
                     "ordered=False if its handlers do not depend on order"
                 )
 
-    def _group(self, name: str) -> str:
-        """The broker consumer group of component ``name`` in a static group (as its
-        collector subscribes)."""
-        return self.options.collector.static_group(name)
-
-    def _groups(self, name: str) -> list[str]:
-        """Every broker consumer group component ``name`` may subscribe with: one, or in a
-        leased group one per topic partition (whichever member owns it subscribes)."""
-        if self.options.collector.group != "leased":
-            return [self._group(name)]
-        return [
-            lease_group(name, t, p)
-            for t in self._dispatch(self._components[name])
-            for p in range(self._topics[t].definition.partitions)
-        ]
-
     async def _undo(self, created: list[str], declared: list[str]) -> None:
         """A failed build leaves nothing behind: tables and registry rows created now,
         and the broker state declared now (where the adapter can undo it)."""
-        undeclare = getattr(self.broker, "undeclare", None)
+        broker = self.broker
         for name in reversed(declared):
-            if undeclare is not None and name in created:
+            if isinstance(broker, Undeclaring) and name in created:
                 try:
-                    await undeclare(name)
+                    await broker.undeclare(name)
                 except ReventlessError:
                     log.exception("could not undo the broker state of topic %s", name)
         for name in reversed(created):
@@ -418,6 +370,11 @@ class App:
         async with asyncio.timeout(timeout):
             await wait()
 
+    def topology(self) -> Topology:
+        """The derived shape of this App's collectors (dispatch, filters, consumer groups,
+        channels): fixed once the App started, else computed from the declarations now."""
+        return self._topology if self._topology is not None else Topology.of(self)
+
     def collector(self, name: str) -> Collector:
         """The running collector named ``name``."""
         try:
@@ -428,25 +385,25 @@ class App:
     async def dead_letters(self, component: str | None = None) -> list[DeadLetter]:
         """Open dead letters (of one component, or all): the events handlers gave up on,
         then the broker messages a broker dead-lettered (adapters that have a dead-letter
-        queue offer ``dead_letters(group)``; those rows have ``id`` 0)."""
+        queue are ``DeadLetterQueues``; those rows have ``id`` 0)."""
         letters = await self.store.collectors.dead_letters(component)
-        listing = getattr(self.broker, "dead_letters", None)
-        if listing is not None and self._started:
+        broker = self.broker
+        if isinstance(broker, DeadLetterQueues) and self._started:
             for name in [component] if component is not None else list(self._components):
                 if name in self._components:
-                    for group in self._groups(name):
-                        letters.extend(await listing(group))
+                    for group in self.topology().groups(name):
+                        letters.extend(await broker.dead_letters(group))
         return letters
 
     async def redrive(self, component: str, aggregate_id: str | None = None) -> RedriveReport:
         """Retry a component's dead letters per aggregate, in offset order. A broker with a
-        dead-letter queue (``redrive(group)``) first moves its messages back, in order."""
+        dead-letter queue (``DeadLetterQueues``) first moves its messages back, in order."""
         collector = self.collector(component)
-        broker_redrive = getattr(self.broker, "redrive", None)
-        if broker_redrive is not None and aggregate_id is None:
+        broker = self.broker
+        if isinstance(broker, DeadLetterQueues) and aggregate_id is None:
             moved = 0
-            for group in self._groups(component):
-                moved += await broker_redrive(group)
+            for group in self.topology().groups(component):
+                moved += await broker.redrive(group)
             if moved:
                 log.info("%s: %d broker dead letter(s) moved back to its queue", component, moved)
         return await collector.redrive(aggregate_id)

@@ -23,13 +23,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .broker.channels import Channels, CollectorChannel
+from .collect.groups import group_name as lease_group
+from .collect.options import CollectorOptions
+from .collect.where import compile_where
 from .errors import SpecError
 from .topic import TopicDef
 
 if TYPE_CHECKING:
     from .app import App
     from .collect.component import Component, HandlerSpec
-    from .collect.options import CollectorOptions
     from .collect.where import TopicFilter
     from .spec import Event
 
@@ -38,22 +40,16 @@ if TYPE_CHECKING:
 Dispatch = dict[str, dict[str, "HandlerSpec"]]
 
 
-def lease_group(component: str, topic: str, partition: int) -> str:
-    """The broker consumer group of one leased partition: every process that owns the
-    partition in turn subscribes with it (on NATS: one durable consumer per partition)."""
-    return f"{component}.lease.{topic}.{partition}"
-
-
 def static_group(component: str, members: int, member: int) -> str:
     """The broker consumer group of ``component``'s static member ``member`` of
-    ``members``: the component's name, or ``<name>.m<member>of<members>``."""
-    return f"{component}.m{member}of{members}" if members > 1 else component
+    ``members`` (``CollectorOptions.static_group``)."""
+    return CollectorOptions(members=members, member=member).static_group(component)
 
 
 def static_share(partitions: int, members: int, member: int) -> list[int]:
-    """The partitions of a topic (of ``partitions``) that static member ``member`` of
-    ``members`` owns: ``p % members == member``."""
-    return [p for p in range(partitions) if p % members == member]
+    """The partitions of a topic that static member ``member`` of ``members`` owns
+    (``CollectorOptions.static_share``)."""
+    return CollectorOptions(members=members, member=member).static_share(partitions)
 
 
 def dispatch_of(
@@ -243,9 +239,7 @@ def _compile(
 ) -> dict[str, dict[str, TopicFilter]]:
     """Every component's ``where=`` compiled per topic it reads (``PredicateError``)."""
     if all(c.where is None for c in components.values()):
-        return {n: {} for n in components}  # the predicate compiler is not even imported
-    from .collect.where import compile_where
-
+        return {n: {} for n in components}
     return {
         n: compile_where(c, {t: topics[t] for t in dispatches[n]}) for n, c in components.items()
     }

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .. import topology
 from ..errors import SpecError
 
 
@@ -64,13 +63,13 @@ class CollectorOptions:
         """The broker consumer group of ``component``'s static member ``member`` (default
         this process's): the component's name, or ``<name>.m<member>of<members>``."""
         m = self.member if member is None else member
-        return topology.static_group(component, self.members, m)
+        return f"{component}.m{m}of{self.members}" if self.members > 1 else component
 
     def static_share(self, partitions: int, member: int | None = None) -> list[int]:
         """The partitions of a topic (of ``partitions``) that static member ``member``
         (default this process's) owns: ``p % members == member``."""
         m = self.member if member is None else member
-        return topology.static_share(partitions, self.members, m)
+        return [p for p in range(partitions) if p % self.members == m]
 
     @property
     def heartbeat_interval(self) -> float:
