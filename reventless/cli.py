@@ -141,17 +141,16 @@ async def cmd_dead_letters(a: argparse.Namespace) -> int:
 
 
 async def _broker_dead_letters(url: str, groups: list[str]) -> list[Any]:
-    from .broker import open_broker
+    from .broker import DeadLetterQueues, open_broker
 
     broker = open_broker(url)
-    listing = getattr(broker, "dead_letters", None)
-    if listing is None:
+    if not isinstance(broker, DeadLetterQueues):
         raise ReventlessError(f"broker {url.split('://')[0]} has no dead-letter queues to list")
     await broker.connect()
     try:
         found: list[Any] = []
         for group in groups:
-            found.extend(await listing(group))
+            found.extend(await broker.dead_letters(group))
         return found
     finally:
         await broker.close()

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from .broker import Broker, Message
+from .broker import Broker, Message, capabilities_of
 from .codec import META_NAMES
 from .errors import ReventlessError
 from .store.append import AppendResult, StoredRow
@@ -146,9 +146,9 @@ class Relay:
         self.orphan_after = orphan_after
         # topic -> (a head committed elsewhere, when first seen unpublished)
         self._foreign: dict[str, tuple[int, float]] = {}
-        #: The broker's payload limit per message (adapters with one set
-        #: ``max_message_bytes``); larger pages are split to fit.
-        self.max_message_bytes: int | None = getattr(broker, "max_message_bytes", None)
+        #: The broker's payload limit per message (its declared ``max_message_bytes``);
+        #: larger pages are split to fit.
+        self.max_message_bytes = capabilities_of(broker).max_message_bytes
         self.published: dict[str, int] = {}
         self._persisted: dict[str, int] = {}
         self._buffer: dict[str, deque[StoredRow]] = {n: deque() for n in self.topics}

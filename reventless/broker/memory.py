@@ -10,7 +10,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import BrokerError
-from . import Handler, Message, wanted
+from .capabilities import BrokerCapabilities
+from .plugin import BrokerPlugin
+from .port import Handler, Message, wanted
 
 log = logging.getLogger("reventless.broker")
 
@@ -64,6 +66,9 @@ class InMemoryBroker:
         broker = InMemoryBroker()
         await broker.subscribe("audit", ["Customer"], handler)
     """
+
+    #: No size limit, no filtering by event type.
+    capabilities = BrokerCapabilities()
 
     def __init__(
         self, *, max_deliver: int = 5, max_batch: int = 100, dedup_window: int = 100_000
@@ -168,3 +173,7 @@ class InMemoryBroker:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._groups.clear()
+
+
+#: The ``memory://`` plugin (entry point ``memory`` in the ``reventless.brokers`` group).
+PLUGIN = BrokerPlugin(("memory",), InMemoryBroker.from_url)

@@ -23,7 +23,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..broker import Broker, Message, Subscription
+from ..broker import Broker, Message, Subscription, capabilities_of
 from ..codec import META_NAMES
 from ..deadletter import DeadLetter, RedriveReport
 from ..decode import envelope_of
@@ -151,7 +151,7 @@ class Collector:
         """Subscribe ``on_messages`` to the broker as consumer ``group`` (``partitions``:
         only those topic partitions)."""
         extra: dict[str, Any] = {}
-        if getattr(self.broker, "filters_types", False):
+        if capabilities_of(self.broker).filters_types:
             # The broker can drop messages of no wanted event type itself (SNS filter
             # policies); what it still delivers is filtered here as always.
             extra["types"] = self.wanted_types()

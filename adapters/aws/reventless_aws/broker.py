@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
-from reventless.broker import Handler, Message
+from reventless.broker import BrokerCapabilities, Handler, Message
 from reventless.errors import BrokerError
 
 from . import codec
@@ -75,6 +75,8 @@ class SnsSqsBroker(QueueOps):
     #: ``subscribe`` takes ``types=``: collectors pass the event types they need, and SNS
     #: filter policies drop the messages holding none of them.
     filters_types = True
+    #: Both of the above, as the core reads them.
+    capabilities = BrokerCapabilities(max_message_bytes=MAX_PAYLOAD_BYTES, filters_types=True)
 
     def __init__(self, options: SnsSqsOptions | None = None) -> None:
         self.options = options or SnsSqsOptions()

@@ -9,8 +9,8 @@ uses for the same URL, so the adapter runs on the deployed stack with ``create=f
 
 Example::
 
-    from reventless.infra import channels_of
-    template(channels_of(app), "sns+sqs://eu-west-1?prefix=shop")
+    from reventless.topology import Topology
+    template(Topology.of(app).channels(), "sns+sqs://eu-west-1?prefix=shop")
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from reventless.broker import Channels
 
 from . import codec
 from .options import SnsSqsOptions
-
-if TYPE_CHECKING:
-    from reventless.infra import Channels
 
 
 def logical_id(name: str, taken: dict[str, str] | None = None) -> str:

@@ -38,7 +38,7 @@ from nats.js.api import (
     StreamInfo,
 )
 
-from reventless.broker import Handler, Message
+from reventless.broker import BrokerCapabilities, Handler, Message
 from reventless.errors import BrokerError
 
 from .options import NatsOptions
@@ -108,6 +108,12 @@ class JetStreamBroker:
         default) less room for the headers. The relay splits larger pages to fit."""
         limit = self._nc.max_payload if self._nc is not None else 1 << 20
         return max(1024, limit - _HEADER_ROOM)
+
+    @property
+    def capabilities(self) -> BrokerCapabilities:
+        """The payload limit (``max_message_bytes``, known once connected); no filtering
+        by event type (a consumer filters on its subject partition only)."""
+        return BrokerCapabilities(max_message_bytes=self.max_message_bytes)
 
     @classmethod
     def from_url(cls, url: str) -> JetStreamBroker:
