@@ -42,7 +42,6 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..errors import ReventlessError
-from ..store.append import NOTIFY_CHANNEL
 from ..subscribe import (
     BadRequestError,
     PredicateError,
@@ -175,7 +174,7 @@ def create_app(
         return JSONResponse({"ok": True})
 
     async def topics(_: Request, tenant: str | None) -> Response:
-        infos = await subs.db.read(_load)
+        infos = await subs.topics()
         return JSONResponse(
             [
                 {"name": i.name, "partitions": i.partitions, "columns": i.event_columns}
@@ -322,7 +321,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await subs.open()  # creates the tables; opens the database if it is ours
-        subs.db.listen(NOTIFY_CHANNEL, waker.notify)  # PostgreSQL: wake streams on commit
+        subs.store.on_commit(waker.notify)  # PostgreSQL: wake streams on commit
         task = None
         if opts.retention_interval:
             task = asyncio.get_running_loop().create_task(
@@ -358,12 +357,6 @@ def create_app(
         Route(member_path, endpoint(member_leave), methods=["DELETE"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan)
-
-
-def _load(conn: Any) -> Any:
-    from ..subscribe.catalog import load_topics_sync
-
-    return load_topics_sync(conn)
 
 
 async def _retention_loop(retention: Retention, interval: float, waker: _Waker) -> None:

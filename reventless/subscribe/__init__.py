@@ -22,9 +22,10 @@ from ..errors import (
     TopicNotFoundError,
 )
 from ..predicate import COLUMN_ALIASES, BrokerFilter, Predicate, PredicateError
+from ..store.subscriptions import Subscription
 from .group import Leases, Member
 from .retention import Behind, Retention
-from .service import ADMIN, Page, Status, Subscription, Subscriptions
+from .service import ADMIN, Page, Status, Subscriptions
 
 __all__ = [
     "ADMIN",

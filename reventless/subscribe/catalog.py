@@ -1,23 +1,20 @@
-"""The topics of a store as a subscription reader sees them: read from ``rv_topics``, so
-the gateway needs no application code (schemas are stored with the topics)."""
+"""The topics of a store as a subscription reader sees them (read from ``rv_topics`` by
+``reventless.store.catalog``, so the gateway needs no application code: schemas are
+stored with the topics), and stored rows turned into JSON-ready events."""
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
-import pyarrow as pa
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
-from ..codec import META_NAMES, TopicSchema
+from ..codec import META_NAMES
 from ..predicate import COLUMN_ALIASES
-from ..store.database import Database
+from ..store.catalog import StoredTopic
 
 #: Stored metadata column -> the name it has in a subscription's JSON events.
 EVENT_NAMES: dict[str, str] = {
@@ -29,25 +26,10 @@ EVENT_NAMES: dict[str, str] = {
 _HIDDEN = {"_row_idx"}
 
 
-def col(name: str) -> sa.ColumnClause[Any]:
-    """A column of a topic table by its stored name (typed for mypy)."""
-    return sa.column(name)
-
-
 @dataclass(frozen=True, slots=True)
-class TopicInfo:
-    """A stored topic: its table, typed schema, partition count and tenant pin."""
-
-    name: str
-    table: str
-    schema: TopicSchema
-    partitions: int
-    tenant: str | None
-
-    @property
-    def names(self) -> list[str]:
-        """Stored column names in row order."""
-        return list(self.schema.arrow_schema.names)
+class TopicInfo(StoredTopic):
+    """A stored topic: its table, typed schema, partition count and tenant pin, and the
+    names a subscription's events and projections use."""
 
     @property
     def event_columns(self) -> list[str]:
@@ -56,38 +38,15 @@ class TopicInfo:
             c.name for c in self.schema.columns
         ]
 
-
-def load_topics_sync(conn: Connection) -> dict[str, TopicInfo]:
-    """Every topic registered in the store."""
-    out: dict[str, TopicInfo] = {}
-    rows = conn.exec_driver_sql(
-        "SELECT name, table_name, arrow_schema, partitions, tenant FROM rv_topics"
-    ).all()
-    for name, table, encoded, parts, tenant in rows:
-        full = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(encoded)))
-        fields = pa.schema([f for f in full if f.name not in META_NAMES])
-        schema = TopicSchema.from_arrow(str(name), fields)
-        out[str(name)] = TopicInfo(str(name), str(table), schema, int(parts), tenant)
-    return out
+    @classmethod
+    def of(cls, topic: StoredTopic) -> TopicInfo:
+        """The ``TopicInfo`` of a topic read from the store."""
+        return cls(topic.name, topic.table, topic.schema, topic.partitions, topic.tenant)
 
 
-def head_sync(db: Database, conn: Connection, info: TopicInfo) -> int:
-    """The topic's last committed offset (0 when empty)."""
-    stmt: sa.Select[Any]
-    if db.is_sqlite:  # the newest row is never deleted (retention keeps it)
-        stmt = sa.select(sa.func.max(col("_offset"))).select_from(sa.table(info.table))
-    else:
-        stmt = sa.select(col("head")).select_from(sa.table("rv_topics"))
-        stmt = stmt.where(col("name") == info.name)
-    return int(conn.execute(stmt).scalar() or 0)
-
-
-def partition_heads_sync(conn: Connection, info: TopicInfo) -> dict[int, int]:
-    """The last offset of every partition (0 when empty)."""
-    p, o = col("_partition"), col("_offset")
-    stmt = sa.select(p, sa.func.max(o)).select_from(sa.table(info.table)).group_by(p)
-    got = {int(k): int(v) for k, v in conn.execute(stmt).all()}
-    return {k: got.get(k, 0) for k in range(info.partitions)}
+def topic_infos(stored: Mapping[str, StoredTopic]) -> dict[str, TopicInfo]:
+    """``TopicInfo`` of every topic the store returned."""
+    return {name: TopicInfo.of(t) for name, t in stored.items()}
 
 
 def to_json_value(v: Any) -> Any:

@@ -18,31 +18,14 @@ Example::
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from ..errors import BadRequestError, TopicNotFoundError
+from ..store.catalog import StoredTopic
 from ..store.database import Database
-from . import tables
-from .catalog import TopicInfo, col, head_sync, load_topics_sync
+from ..store.retention import Behind, RetentionStore, SqlRetentionStore
 
-_R, _H = tables.retention, tables.horizons
-
-
-@dataclass(frozen=True, slots=True)
-class Behind:
-    """A collector checkpoint that retention overtook: events after ``checkpoint`` up to
-    ``horizon`` were deleted before the collector processed them."""
-
-    component: str
-    topic: str
-    partition: int
-    checkpoint: int
-    horizon: int
+__all__ = ["Behind", "Retention"]
 
 
 class Retention:
@@ -50,13 +33,15 @@ class Retention:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        #: The store port every read and write goes through.
+        self.store: RetentionStore = SqlRetentionStore(db)
 
     async def open(self) -> None:
         """Create the retention tables if missing."""
-        await self.db.write(lambda conn: self.db.create_sync(conn, tables.metadata))
+        await self.store.create_tables()
 
-    async def _topic(self, name: str) -> TopicInfo:
-        info = (await self.db.read(load_topics_sync)).get(name)
+    async def _topic(self, name: str) -> StoredTopic:
+        info = (await self.store.topics()).get(name)
         if info is None:
             raise TopicNotFoundError(f"no topic {name!r}")
         return info
@@ -70,95 +55,25 @@ class Retention:
         if max_count is not None and not (isinstance(max_count, int) and max_count >= 1):
             raise BadRequestError(f"max_count must be >= 1, got {max_count!r}")
         await self._topic(topic)
-
-        def work(conn: Connection) -> None:
-            key = _R.c.topic == topic
-            if not conn.execute(
-                _R.update().where(key).values(max_age=max_age, max_count=max_count)
-            ).rowcount:
-                conn.execute(
-                    _R.insert().values(topic=topic, max_age=max_age, max_count=max_count, horizon=0)
-                )
-
-        await self.db.write(work)
+        await self.store.set_policy(topic, max_age=max_age, max_count=max_count)
 
     async def policies(self) -> dict[str, dict[str, Any]]:
         """Every topic's policy and horizon."""
-        return await self.db.read(
-            lambda conn: {
-                r.topic: {"max_age": r.max_age, "max_count": r.max_count, "horizon": r.horizon}
-                for r in conn.execute(sa.select(_R))
-            }
-        )
+        return await self.store.policies()
 
     async def apply(self, *, now: float | None = None) -> dict[str, int]:
         """Delete what the policies expire, one transaction per topic; returns the number
         of events deleted per topic."""
-        topics = await self.db.read(load_topics_sync)
+        topics = await self.store.topics()
         policies = await self.policies()
         at = time.time() if now is None else now
         out: dict[str, int] = {}
         for name in policies:
             info = topics.get(name)
             if info is not None:
-                out[name] = await self.db.write(partial(self._apply_sync, info=info, now=at))
+                out[name] = await self.store.apply(info, now=at)
         return out
-
-    def _apply_sync(self, conn: Connection, info: TopicInfo, now: float) -> int:
-        row = conn.execute(sa.select(_R).where(_R.c.topic == info.name)).first()
-        if row is None:
-            return 0
-        head = head_sync(self.db, conn, info)
-        off, table = col("_offset"), sa.table(info.table)
-        cut = 0
-        if row.max_count is not None:
-            cut = head - int(row.max_count)
-        if row.max_age is not None:
-            oldest = int((now - float(row.max_age)) * 1_000_000)
-            stmt = sa.select(sa.func.max(off)).select_from(table)
-            aged = conn.execute(stmt.where(col("_produced_at") < oldest)).scalar()
-            cut = max(cut, int(aged or 0))
-        cut = min(cut, head - 1)
-        horizon = int(row.horizon)
-        if cut <= horizon:
-            return 0
-        span = (off > horizon, off <= cut)
-        part = col("_partition")
-        for p, last in conn.execute(
-            sa.select(part, sa.func.max(off)).select_from(table).where(*span).group_by(part)
-        ).all():
-            key = (_H.c.topic == info.name, _H.c.partition == int(p))
-            if not conn.execute(_H.update().where(*key).values(horizon=int(last))).rowcount:
-                conn.execute(
-                    _H.insert().values(topic=info.name, partition=int(p), horizon=int(last))
-                )
-        deleted = conn.execute(sa.delete(table).where(*span)).rowcount
-        conn.execute(_R.update().where(_R.c.topic == info.name).values(horizon=cut))
-        return int(deleted)
 
     async def collectors_behind(self, component: str | None = None) -> list[Behind]:
         """Collector checkpoints behind their partition's retained horizon."""
-        db = self.db
-        return await db.read(lambda conn: collectors_behind_sync(db, conn, component))
-
-
-def collectors_behind_sync(db: Database, conn: Connection, component: str | None) -> list[Behind]:
-    """``Retention.collectors_behind`` inside the caller's transaction (no-op before the
-    retention tables exist)."""
-    if not conn.dialect.has_table(conn, "rv_retention_horizons"):
-        return []
-    q = db.q
-    sql = (
-        f"SELECT c.component, c.topic, c.{q('partition')}, c.{q('offset')}, h.horizon "
-        f"FROM rv_checkpoints c JOIN rv_retention_horizons h "
-        f"ON h.topic = c.topic AND h.{q('partition')} = c.{q('partition')} "
-        f"WHERE c.{q('offset')} < h.horizon"
-    )
-    params: tuple[Any, ...] = ()
-    if component is not None:
-        sql += f" AND c.component = {db.mark}"
-        params = (component,)
-    return [
-        Behind(str(c), str(t), int(p), int(o), int(h))
-        for c, t, p, o, h in conn.exec_driver_sql(sql, params).all()
-    ]
+        return await self.store.collectors_behind(component)

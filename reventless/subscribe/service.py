@@ -19,49 +19,34 @@ Example::
 
 from __future__ import annotations
 
-import json
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from ..errors import (
-    AckBeyondHeadError,
     BadRequestError,
-    ResnapshotRequiredError,
-    SubscriptionNotFoundError,
     TopicNotFoundError,
 )
 from ..predicate import Predicate
+from ..store.catalog import EventFilter
 from ..store.database import Database
-from . import tables
-from .catalog import TopicInfo, col, events_of, head_sync, load_topics_sync
+from ..store.subscriptions import (
+    SqlSubscriptionStore,
+    State,
+    Subscription,
+    SubscriptionStore,
+)
+from .catalog import TopicInfo, events_of, topic_infos
+
+__all__ = ["ADMIN", "Page", "State", "Status", "Subscription", "Subscriptions"]
 
 if TYPE_CHECKING:
     from .group import Member
 
-State = Literal["active", "paused", "closed"]
 #: The scope of a caller: a tenant, or ``ADMIN`` (every tenant; the in-process default).
 ADMIN: None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Subscription:
-    """A stored subscription."""
-
-    id: str
-    topic: str
-    predicate: str | None
-    columns: tuple[str, ...] | None
-    types: tuple[str, ...] | None
-    tenant: str | None
-    state: State
-    acked: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,19 +111,6 @@ class Page:
         return out
 
 
-def _sub_of(row: Any) -> Subscription:
-    return Subscription(
-        id=row.id,
-        topic=row.topic,
-        predicate=row.predicate,
-        columns=None if row.columns is None else tuple(json.loads(row.columns)),
-        types=None if row.types is None else tuple(json.loads(row.types)),
-        tenant=row.tenant,
-        state=row.state,
-        acked=int(row.acked),
-    )
-
-
 class Subscriptions:
     """Durable subscriptions on one store (see the module docstring).
 
@@ -148,6 +120,8 @@ class Subscriptions:
 
     def __init__(self, db: Database, *, max_limit: int = 10_000, owns_db: bool = False) -> None:
         self.db = db
+        #: The store port every read and write goes through.
+        self.store: SubscriptionStore = SqlSubscriptionStore(db)
         self.max_limit = max_limit
         self._owns_db = owns_db
         self._topics: dict[str, TopicInfo] = {}
@@ -162,7 +136,7 @@ class Subscriptions:
         """Open the database (if owned) and create the subscription tables."""
         if self._owns_db:
             await self.db.open()
-        await self.db.write(lambda conn: self.db.create_sync(conn, tables.metadata))
+        await self.store.create_tables()
 
     async def shutdown(self) -> None:
         """Close the database if this object opened it."""
@@ -184,11 +158,15 @@ class Subscriptions:
         """The stored topic ``name`` (reloaded from the store when unknown)."""
         info = self._topics.get(name)
         if info is None:
-            self._topics = await self.db.read(load_topics_sync)
+            self._topics = topic_infos(await self.store.topics())
             info = self._topics.get(name)
         if info is None or (tenant is not None and info.tenant not in (None, tenant)):
             raise TopicNotFoundError(f"no topic {name!r}")
         return info
+
+    async def topics(self) -> dict[str, TopicInfo]:
+        """Every topic of the store, read now."""
+        return topic_infos(await self.store.topics())
 
     def predicate(self, info: TopicInfo, text: str) -> Predicate:
         """The parsed predicate (cached per topic and text)."""
@@ -198,17 +176,14 @@ class Subscriptions:
             p = self._predicates[key] = Predicate.parse(text, info.schema)
         return p
 
-    def where(self, info: TopicInfo, sub: Subscription) -> list[sa.ColumnElement[bool]]:
-        """The SQL clauses of a subscription's filter (predicate, types, tenant)."""
-        out: list[sa.ColumnElement[bool]] = []
+    def where(self, info: TopicInfo, sub: Subscription) -> EventFilter:
+        """A subscription's filter for store reads: the predicate compiled to SQL for this
+        store's dialect, the event types and the tenant."""
+        clause = None
         if sub.predicate:
             dialect = "sqlite" if self.db.is_sqlite else "postgresql"
-            out.append(self.predicate(info, sub.predicate).sql(dialect))
-        if sub.types:
-            out.append(col("_type").in_(list(sub.types)))
-        if sub.tenant is not None:
-            out.append(col("_tenant") == sa.bindparam(None, sub.tenant, type_=sa.Text()))
-        return out
+            clause = self.predicate(info, sub.predicate).sql(dialect)
+        return EventFilter(clause, sub.types, sub.tenant)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -236,63 +211,26 @@ class Subscriptions:
         sub_id = id or uuid.uuid4().hex
         if len(sub_id) > 64:
             raise BadRequestError("subscription ids have at most 64 characters")
-
-        def work(conn: Connection) -> Subscription:
-            head = head_sync(self.db, conn, info)
-            acked = head if from_offset == "latest" else from_offset - 1
-            if acked > head:
-                raise BadRequestError(f"from_offset {from_offset} is beyond the head {head}")
-            if conn.execute(
-                sa.select(tables.subscriptions.c.id).where(tables.subscriptions.c.id == sub_id)
-            ).first():
-                raise BadRequestError(f"subscription {sub_id!r} exists")
-            values = {
-                "id": sub_id,
-                "topic": info.name,
-                "predicate": where,
-                "columns": None if columns is None else json.dumps(list(columns)),
-                "types": None if types is None else json.dumps(list(types)),
-                "tenant": tenant,
-                "state": "active",
-                "acked": acked,
-                "created_at": time.time_ns() // 1000,
-            }
-            conn.execute(tables.subscriptions.insert().values(**values))
-            return _sub_of(_Obj(values))
-
-        return await self.db.write(work)
-
-    def _get_sync(self, conn: Connection, sub_id: str, tenant: str | None) -> Subscription:
-        row = conn.execute(
-            sa.select(tables.subscriptions).where(tables.subscriptions.c.id == sub_id)
-        ).first()
-        if row is None or row.state == "closed" or (tenant is not None and row.tenant != tenant):
-            raise SubscriptionNotFoundError(f"no subscription {sub_id!r}")
-        return _sub_of(row)
+        return await self.store.create(
+            info,
+            sub_id,
+            where=where,
+            columns=columns,
+            types=types,
+            tenant=tenant,
+            from_offset=from_offset,
+        )
 
     async def get(self, sub_id: str, *, tenant: str | None = ADMIN) -> Subscription:
         """The subscription ``sub_id`` (``SubscriptionNotFoundError`` if unknown/closed)."""
-        return await self.db.read(lambda conn: self._get_sync(conn, sub_id, tenant))
+        return await self.store.get(sub_id, tenant)
 
     async def list(self, *, tenant: str | None = ADMIN) -> list[Subscription]:
         """Open subscriptions (of one tenant, or all for ``ADMIN``)."""
-        t = tables.subscriptions
-        stmt = sa.select(t).where(t.c.state != "closed").order_by(t.c.created_at, t.c.id)
-        if tenant is not None:
-            stmt = stmt.where(t.c.tenant == tenant)
-        return await self.db.read(lambda conn: [_sub_of(r) for r in conn.execute(stmt)])
+        return await self.store.list(tenant)
 
     async def _set_state(self, sub_id: str, state: State, tenant: str | None) -> Subscription:
-        def work(conn: Connection) -> Subscription:
-            sub = self._get_sync(conn, sub_id, tenant)
-            t = tables.subscriptions
-            conn.execute(t.update().where(t.c.id == sub_id).values(state=state))
-            if state == "closed":
-                for tb in (tables.partitions, tables.workers):
-                    conn.execute(tb.delete().where(tb.c.subscription_id == sub_id))
-            return Subscription(**{**_fields(sub), "state": state})
-
-        return await self.db.write(work)
+        return await self.store.set_state(sub_id, state, tenant)
 
     async def pause(self, sub_id: str, *, tenant: str | None = ADMIN) -> Subscription:
         """Stop delivering (polls return no events; lag is still reported)."""
@@ -365,20 +303,13 @@ class Subscriptions:
             sub = Subscription(**{**_fields(sub), "types": tuple(sorted(narrowed)) or ("",)})
         start = sub.acked + 1 if from_offset is None else from_offset
         where = self.where(info, sub)
-
-        def work(conn: Connection) -> Page:
-            head = head_sync(self.db, conn, info)
-            lag = max(0, head - sub.acked)
-            horizon = horizon_sync(conn, info.name)
-            if start <= horizon:
-                raise ResnapshotRequiredError(info.name, start, horizon)
-            if sub.state == "paused":
-                return Page([], start, head, lag, "paused")
-            rows = read_sync(conn, info, start, head, where, limit)
-            nxt = rows[-1][0] + 1 if len(rows) == limit else max(start, head + 1)
-            return Page(events_of(info, rows, sub.columns), nxt, head, lag, sub.state)
-
-        return await self.db.read(work)
+        got = await self.store.read(info, start, where, limit, rows=sub.state != "paused")
+        head, rows = got.head, got.rows
+        lag = max(0, head - sub.acked)
+        if sub.state == "paused":
+            return Page([], start, head, lag, "paused")
+        nxt = rows[-1][0] + 1 if len(rows) == limit else max(start, head + 1)
+        return Page(events_of(info, rows, sub.columns), nxt, head, lag, sub.state)
 
     async def ack(self, sub_id: str, offset: int, *, tenant: str | None = ADMIN) -> int:
         """Persist that everything up to ``offset`` is processed; returns the acked offset
@@ -393,96 +324,26 @@ class Subscriptions:
     async def _move(self, sub_id: str, offset: int, tenant: str | None, *, seek: bool) -> int:
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise BadRequestError(f"offset must be an integer >= 0, got {offset!r}")
-
-        def work(conn: Connection) -> int:
-            sub = self._get_sync(conn, sub_id, tenant)
-            info = self._topics[sub.topic]
-            head = head_sync(self.db, conn, info)
-            if offset > head:
-                raise AckBeyondHeadError(
-                    f"offset {offset} is beyond the head {head} of {sub.topic!r}"
-                )
-            if not seek and offset <= sub.acked:
-                return sub.acked
-            t = tables.subscriptions
-            conn.execute(t.update().where(t.c.id == sub_id).values(acked=offset))
-            if seek:  # a group's partitions follow the cursor
-                p = tables.partitions
-                conn.execute(p.update().where(p.c.subscription_id == sub_id).values(acked=offset))
-            return offset
-
         await self.topic((await self.get(sub_id, tenant=tenant)).topic)
-        return await self.db.write(work)
+        return await self.store.move(sub_id, tenant, offset, seek=seek, topics=self._topics)
 
     async def status(self, sub_id: str, *, tenant: str | None = ADMIN) -> Status:
         """State, lag, horizon and distance to a resnapshot (and group partitions)."""
         sub = await self.get(sub_id, tenant=tenant)
         info = await self.topic(sub.topic)
-
-        def work(conn: Connection) -> Status:
-            head = head_sync(self.db, conn, info)
-            horizon = horizon_sync(conn, info.name)
-            has_policy = conn.execute(
-                sa.select(tables.retention.c.topic).where(tables.retention.c.topic == info.name)
-            ).first()
-            p = tables.partitions
-            parts: list[dict[str, Any]] = [
-                {
-                    "partition": int(r.partition),
-                    "owner": r.owner if r.expires_at >= time.time() else None,
-                    "epoch": int(r.epoch),
-                    "acked": int(r.acked),
-                }
-                for r in conn.execute(
-                    sa.select(p).where(p.c.subscription_id == sub_id).order_by(p.c.partition)
-                )
-            ]
-            acked = min([sub.acked, *(x["acked"] for x in parts)])
-            return Status(
-                sub,
-                head,
-                max(0, head - acked),
-                horizon,
-                acked - horizon if has_policy or horizon else None,
-                acked < horizon,
-                parts,
-            )
-
-        return await self.db.read(work)
-
-
-class _Obj:
-    """Attribute access over a dict (a freshly inserted row)."""
-
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.__dict__.update(values)
+        got = await self.store.status(sub_id, info)
+        head, horizon, parts = got.head, got.horizon, got.partitions
+        acked = min([sub.acked, *(x["acked"] for x in parts)])
+        return Status(
+            sub,
+            head,
+            max(0, head - acked),
+            horizon,
+            acked - horizon if got.has_policy or horizon else None,
+            acked < horizon,
+            parts,
+        )
 
 
 def _fields(sub: Subscription) -> dict[str, Any]:
     return {k: getattr(sub, k) for k in Subscription.__slots__}
-
-
-def horizon_sync(conn: Connection, topic: str) -> int:
-    """The last offset of ``topic`` that retention deleted (0: none)."""
-    t = tables.retention
-    return int(conn.execute(sa.select(t.c.horizon).where(t.c.topic == topic)).scalar() or 0)
-
-
-def read_sync(
-    conn: Connection,
-    info: TopicInfo,
-    start: int,
-    head: int,
-    where: Sequence[sa.ColumnElement[bool]],
-    limit: int,
-) -> list[tuple[Any, ...]]:
-    """Matching rows with ``start <= _offset <= head`` in offset order, at most ``limit``."""
-    off = col("_offset")
-    stmt = (
-        sa.select(*(col(n) for n in info.names))
-        .select_from(sa.table(info.table))
-        .where(off >= start, off <= head, *where)
-        .order_by(off)
-        .limit(limit)
-    )
-    return [tuple(r) for r in conn.execute(stmt)]
