@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BadRequestError
 from .catalog import events_of
-from .service import Page
+from .page import Page
 
 if TYPE_CHECKING:
     from .service import Subscriptions

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ..errors import (
     BadRequestError,
@@ -39,11 +39,11 @@ from ..store.subscriptions import (
     SubscriptionStore,
 )
 from .catalog import TopicInfo, events_of, topic_infos
+from .group import Member
+from .page import Page
 
 __all__ = ["ADMIN", "Page", "State", "Status", "Subscription", "Subscriptions"]
 
-if TYPE_CHECKING:
-    from .group import Member
 
 #: The scope of a caller: a tenant, or ``ADMIN`` (every tenant; the in-process default).
 ADMIN: None = None
@@ -83,32 +83,6 @@ class Status:
             "resnapshot_required": self.resnapshot_required,
             "partitions": self.partitions,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    """What a poll returns: events from the cursor on, the offset to poll from next, and the
-    backlog (``lag`` is head - acked). A paused subscription returns no events."""
-
-    events: list[dict[str, Any]]
-    next_offset: int
-    head: int
-    lag: int
-    state: State
-    leases: dict[int, int] = field(default_factory=dict)  # group polls: partition -> epoch
-
-    def as_json(self) -> dict[str, Any]:
-        """The JSON body the gateway returns."""
-        out: dict[str, Any] = {
-            "events": self.events,
-            "next_offset": self.next_offset,
-            "head": self.head,
-            "lag": self.lag,
-            "state": self.state,
-        }
-        if self.leases:
-            out["leases"] = {str(p): e for p, e in self.leases.items()}
-        return out
 
 
 class Subscriptions:
@@ -248,8 +222,6 @@ class Subscriptions:
         self, sub_id: str, worker: str, *, ttl: float = 10.0, tenant: str | None = ADMIN
     ) -> Member:
         """A worker of ``sub_id``'s consumer group (leases per partition; ``group.py``)."""
-        from .group import Member
-
         return Member(self, sub_id, worker, ttl=ttl, tenant=tenant)
 
     # -- reading and acking ----------------------------------------------------------------
