@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from .broker import Broker, DeadLetterQueues, OrderAware, Undeclaring, open_broker
 from .codec import TopicSchema
+from .codec.ipc import decode_batch, encode_batch
 from .collect.collector import Collector
 from .collect.component import Component, EventMapper, ReadModel, SideEffectHandler
 from .collect.kinds import MapperCollector, ReadModelCollector, SideEffectCollector
@@ -36,7 +37,7 @@ from .decode import retired_models
 from .errors import ReventlessError, SpecError
 from .eventlog import EventLog, LogOptions, Topic
 from .handle import CollectorHandle, Projection
-from .relay import Relay, decode_batch, encode_batch
+from .relay import Relay
 from .spec import Aggregate
 from .store.database import Database, StoreOptions
 from .store.readmodel import SqlReadModelTable as ReadModelTable
@@ -259,8 +260,8 @@ class App:
             }
             collector: Collector
             if isinstance(comp, ReadModel):
-                table = ReadModelTable(comp, self.store.db)
-                await self.store.db.write(table.create_sync)
+                table = self.store.read_model(comp)
+                await table.create()
                 self._tables[name] = table
                 collector = ReadModelCollector(comp, table, **kw)
             elif isinstance(comp, EventMapper):

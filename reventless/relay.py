@@ -21,13 +21,12 @@ import logging
 from collections import deque
 from collections.abc import Mapping
 
-import pyarrow as pa
-
 from .broker import Broker, Message, capabilities_of
 from .codec import META_NAMES
+from .codec.ipc import decode_batch, encode_batch
 from .errors import ReventlessError
 from .store.append import AppendResult, StoredRow
-from .store.sql import SqlEventStore
+from .store.port import Store
 from .topic import TopicDef
 
 PARTITION_AT = META_NAMES.index("_partition")
@@ -36,19 +35,6 @@ log = logging.getLogger("reventless.relay")
 
 _PAGE = 1000
 _MAX_BUFFER = 50_000
-
-
-def encode_batch(batch: pa.RecordBatch) -> bytes:
-    """Arrow IPC stream bytes of one record batch (the broker payload)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def decode_batch(data: bytes) -> pa.Table:
-    """Inverse of ``encode_batch``."""
-    return pa.ipc.open_stream(data).read_all()
 
 
 TYPE_AT = META_NAMES.index("_type")
@@ -130,7 +116,7 @@ class Relay:
 
     def __init__(
         self,
-        store: SqlEventStore,
+        store: Store,
         broker: Broker,
         topics: Mapping[str, TopicDef],
         *,
@@ -293,3 +279,6 @@ class Relay:
             await self._persist()
         if self.on_commit in self.store.commit_listeners:
             self.store.commit_listeners.remove(self.on_commit)
+
+
+__all__ = ["Relay", "decode_batch", "encode_batch", "message_for", "messages_for"]

@@ -25,17 +25,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..broker import Broker, Message, Subscription, capabilities_of
 from ..codec import META_NAMES
+from ..codec.ipc import decode_batch
 from ..deadletter import DeadLetter, RedriveReport
 from ..decode import envelope_of
 from ..errors import LeaseLostError
 from ..eventlog import EventLog
-from ..relay import decode_batch
 from ..spec import Aggregate, Envelope
 from ..store.append import StoredRow
 from ..store.collector import Apply, Failure, Fence, Progress, RowTable
-from ..store.sql import SqlEventStore
+from ..store.port import Store
 from ..topic import TopicDef
-from . import deadletter, horizons
+from . import deadletter
 from .component import Component, HandlerSpec
 from .groups import LeasedGroup
 from .livebatch import Run
@@ -80,7 +80,7 @@ class Collector:
         self,
         component: Component,
         *,
-        store: SqlEventStore,
+        store: Store,
         broker: Broker,
         topics: Mapping[str, TopicDef],
         dispatch: Mapping[str, Mapping[str, HandlerSpec]],
@@ -89,7 +89,7 @@ class Collector:
     ) -> None:
         self.component = component
         self.name = component.name
-        self.store, self.db, self.broker = store, store.db, broker
+        self.store, self.broker = store, broker
         self.topics = dict(topics)
         self.dispatch = {t: dict(d) for t, d in dispatch.items()}
         self.options = opts = options or CollectorOptions()
@@ -126,7 +126,7 @@ class Collector:
     async def start(self) -> None:
         """Load checkpoints, subscribe, catch up from the store, start polling."""
         names = list(self.topics)
-        await horizons.ensure_table(self.db)
+        await self.store.retention.ensure_horizons()
         if self.lease is not None:  # partitions come and go with their leases
             await self.lease.start()
             self._poller = asyncio.get_running_loop().create_task(self._poll())
@@ -421,10 +421,22 @@ class Collector:
     async def _overtaken(self, key: Part, checkpoint: int) -> bool:
         """Whether retention deleted events after ``checkpoint`` of partition ``key``; if
         so the partition stops in ``resnapshot_required`` (and it is logged)."""
-        found = await horizons.past(self.db, self.name, key, checkpoint)
-        if found is not None:
-            self.resnapshot_required[key] = found
-        return found is not None
+        topic, partition = key
+        found = await self.store.retention.horizon_past(topic, partition, checkpoint)
+        if found is None:
+            return False
+        log.error(
+            "collector %s: retention deleted topic %s partition %d up to offset %d, past its "
+            "checkpoint %d: the partition is stopped (resnapshot required: rebuild the "
+            "state, then accept_resnapshot())",
+            self.name,
+            topic,
+            partition,
+            found,
+            checkpoint,
+        )
+        self.resnapshot_required[key] = found
+        return True
 
     async def _poll(self) -> None:
         # Woken by commits (LISTEN/NOTIFY on PostgreSQL), else every poll_interval. Live

@@ -16,15 +16,17 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import sqlalchemy as sa
 
 from ..predicate import Predicate, PredicateError
 from ..topic import TopicDef
 from .component import Component
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 class TopicFilter:

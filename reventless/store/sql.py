@@ -38,7 +38,9 @@ from .collector import SqlCollectorStore
 from .database import Database
 from .ddl import PG_TYPES, evolve, topic_table
 from .leases import SqlLeaseStore
+from .readmodel import RowModel, SqlReadModelTable
 from .relay import SqlRelayPositions
+from .retention import SqlRetentionStore
 
 if TYPE_CHECKING:
     from .pgasync import AsyncAppender
@@ -91,8 +93,14 @@ class SqlEventStore:
         self.collectors = SqlCollectorStore(db)
         #: Leases of leased collector groups (``leases.py``).
         self.leases = SqlLeaseStore(db)
+        #: Retention policies and horizons (``retention.py``): collectors check theirs.
+        self.retention = SqlRetentionStore(db)
         #: The outbox relay's positions (``relay.py``).
         self.relay_positions = SqlRelayPositions(db, partial(heads_sync, db))
+
+    def read_model(self, model: RowModel[Any]) -> SqlReadModelTable[Any]:
+        """The table of read model ``model`` (``rm_<name>``)."""
+        return SqlReadModelTable(model, self.db)
 
     @property
     def dialect(self) -> str:
