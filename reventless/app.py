@@ -40,7 +40,7 @@ from .handle import CollectorHandle, Projection
 from .relay import Relay
 from .spec import Aggregate
 from .store.database import Database, StoreOptions
-from .store.readmodel import SqlReadModelTable as ReadModelTable
+from .store.readmodel import SqlReadModelTable
 from .store.sql import SqlEventStore
 from .topic import TopicDef, TopicKind
 from .topology import Topology
@@ -109,7 +109,7 @@ class App:
         self._logs: dict[type[Aggregate], EventLog[Any]] = {}
         self._components: dict[str, Component] = {}
         self._collectors: dict[str, Collector] = {}
-        self._tables: dict[str, ReadModelTable[Any]] = {}
+        self._tables: dict[str, SqlReadModelTable[Any]] = {}
         self._relay: Relay | None = None
         self._topology: Topology | None = None
         self._started = False
@@ -232,7 +232,7 @@ class App:
                     created.append(t.name)
                 await self.broker.declare(t.name)
                 declared.append(t.name)
-                t._attach(self.store)
+                t.attach(self.store)
         except BaseException:
             await self._undo(created, declared)
             raise
@@ -375,6 +375,16 @@ class App:
         """The derived shape of this App's collectors (dispatch, filters, consumer groups,
         channels): fixed once the App started, else computed from the declarations now."""
         return self._topology if self._topology is not None else Topology.of(self)
+
+    @property
+    def collectors(self) -> Mapping[str, Collector]:
+        """The running collectors by component name (empty before ``start``)."""
+        return MappingProxyType(self._collectors)
+
+    @property
+    def tables(self) -> Mapping[str, SqlReadModelTable[Any]]:
+        """The built read-model tables by name (empty before ``start``)."""
+        return MappingProxyType(self._tables)
 
     def collector(self, name: str) -> Collector:
         """The running collector named ``name``."""

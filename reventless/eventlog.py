@@ -93,7 +93,8 @@ class Topic:
         self.service = service
         self._store: SqlEventStore | None = None
 
-    def _attach(self, store: SqlEventStore) -> None:
+    def attach(self, store: SqlEventStore) -> None:
+        """Build this topic on ``store`` (the App does it when it starts)."""
         self._store = store
 
     @property

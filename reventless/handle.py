@@ -37,7 +37,7 @@ class CollectorHandle:
     @property
     def collector(self) -> Collector:
         """The running collector behind this handle."""
-        c = self._app._collectors.get(self.name)
+        c = self._app.collectors.get(self.name)
         if c is None:
             raise StoreError(f"collector {self.name!r} is not running: start the App first")
         return c
@@ -93,7 +93,7 @@ class Projection(CollectorHandle, Generic[R]):
     @property
     def table(self) -> ReadModelTable[R]:
         """The read model's SQL table (queries)."""
-        t = self._app._tables.get(self.name)
+        t = self._app.tables.get(self.name)
         if t is None:
             raise StoreError(f"read model {self.name!r} is not built: start the App first")
         return t

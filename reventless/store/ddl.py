@@ -83,6 +83,7 @@ def evolve(db: Database, conn: Connection, topic: TopicDef, table: str) -> None:
             conn.exec_driver_sql(f"ALTER TABLE {db.q(table)} ADD COLUMN {db.q(c.name)} {col_type}")
             continue
         want = KIND_TYPES[c.sql_kind]()
+        # SQLAlchemy has no public name for a type's generic class (its "affinity")
         if have["type"]._type_affinity is not want._type_affinity:
             raise SchemaMismatchError(
                 f"topic {topic.name!r}: column {c.name!r} is stored as {have['type']}, "
