@@ -33,7 +33,7 @@ from reventless.errors import BrokerError
 from . import codec
 from .codec import MessageTooLargeError
 from .options import MAX_PAYLOAD_BYTES, MAX_REQUEST_BYTES, SnsSqsOptions
-from .pump import Pump, _Member
+from .pump import Member, Pump, PumpSession, as_dict
 from .queues import QueueOps
 
 if TYPE_CHECKING:
@@ -46,17 +46,13 @@ log = logging.getLogger("reventless.broker.aws")
 class SnsSqsSubscription:
     """Handle returned by ``SnsSqsBroker.subscribe``."""
 
-    def __init__(self, broker: SnsSqsBroker, pump: Pump, member: _Member) -> None:
+    def __init__(self, broker: SnsSqsBroker, pump: Pump, member: Member) -> None:
         self._broker, self._pump, self._member = broker, pump, member
 
     async def close(self) -> None:
         """Leave the group; the last member in this process stops the receive loop (the
         queue keeps what arrives meanwhile, and the group resumes where it left off)."""
-        pump = self._pump
-        if self._member in pump.members:
-            pump.members.remove(self._member)
-        if not pump.members:
-            await self._broker._drop_pump(pump)
+        await self._pump.leave(self._member)
 
 
 class SnsSqsBroker(QueueOps):
@@ -91,6 +87,15 @@ class SnsSqsBroker(QueueOps):
         self._created: set[str] = set()
         self._queues: dict[str, tuple[str, str]] = {}  # group -> (queue url, dlq url)
         self._pumps: dict[str, Pump] = {}
+        self._session = PumpSession(
+            self.options,
+            self._receive,
+            self._delete,
+            self._change_visibility,
+            self._to_dlq,
+            self._count_duplicate,
+            self._drop_pump,
+        )
         self._stopping: dict[str, asyncio.Task[None]] = {}
         #: Messages SNS took / consumers dropped as repeats / HTTP requests sent to AWS.
         self.published = 0
@@ -352,12 +357,27 @@ class SnsSqsBroker(QueueOps):
             pump = self._pumps.get(group)
             fresh = pump is None
             if pump is None:
-                pump = self._pumps[group] = Pump(self, group, queue_url, dlq_url)
-            member = _Member(handler, None if partitions is None else frozenset(partitions))
+                pump = self._pumps[group] = Pump(self._session, group, queue_url, dlq_url)
+            member = Member(handler, None if partitions is None else frozenset(partitions))
             pump.members.append(member)
             if fresh:
                 pump.start()
             return SnsSqsSubscription(self, pump, member)
+
+    async def _receive(self, queue_url: str) -> list[dict[str, Any]]:
+        """The ``PumpSession.receive`` of this broker's pumps: one long poll."""
+        o = self.options
+        got = await self._sqs().receive_message(
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=o.batch,
+            WaitTimeSeconds=o.wait,
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
+        )
+        return [as_dict(r) for r in got.get("Messages", [])]
+
+    def _count_duplicate(self) -> None:
+        self.duplicates_dropped += 1
 
     async def _drop_pump(self, pump: Pump) -> None:
         """Stop a group's receive loop in the background: a long poll in flight ends within

@@ -6,6 +6,9 @@ keeps the rest invisible while handlers run (ChangeMessageVisibilityBatch) and, 
 run fails, releases the failed message and the rest of its run after a backoff; a
 message that fails on its ``max_receive``-th receive goes to the dead-letter queue with
 its component and error. The other runs of the same receive are not re-run.
+
+A pump knows its broker only through the ``PumpSession`` the broker hands it (this module
+does not import the broker or its queue operations).
 """
 
 from __future__ import annotations
@@ -16,16 +19,15 @@ import logging
 import time
 import zlib
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from reventless.broker import Handler, Message, wanted
 from reventless.errors import BrokerError
 
 from . import codec
-
-if TYPE_CHECKING:
-    from .broker import SnsSqsBroker
+from .options import SnsSqsOptions
 
 log = logging.getLogger("reventless.broker.aws")
 
@@ -34,7 +36,9 @@ _CLOSE_GRACE = 10.0
 
 
 @dataclass(eq=False, slots=True)
-class _Member:
+class Member:
+    """One subscriber of a pump's group in this process (a ``subscribe`` call)."""
+
     handler: Handler
     partitions: frozenset[int] | None = None
 
@@ -65,15 +69,35 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:1000]
 
 
+@dataclass(frozen=True, slots=True)
+class PumpSession:
+    """What a receive loop may ask of its broker; the broker builds one for its pumps.
+    The batch calls take a queue URL and receipt handles (any number: they go in tens)."""
+
+    options: SnsSqsOptions
+    #: Long-poll a queue: up to ``batch`` messages (as dicts), waiting up to ``wait`` s.
+    receive: Callable[[str], Awaitable[list[dict[str, Any]]]]
+    #: DeleteMessageBatch (failures are logged: the messages come again).
+    delete: Callable[[str, list[str]], Awaitable[None]]
+    #: ChangeMessageVisibilityBatch to the given seconds (``BrokerError`` on failure).
+    change_visibility: Callable[[str, list[str], int], Awaitable[None]]
+    #: Send (raw message, error, group) to a dead-letter queue with the error attached.
+    to_dlq: Callable[[str, list[tuple[dict[str, Any], str, str]]], Awaitable[None]]
+    #: Count a message dropped as a repeat (the broker's ``duplicates_dropped``).
+    count_duplicate: Callable[[], None]
+    #: The pump's last member left: the broker forgets the pump and stops it.
+    release: Callable[[Pump], Awaitable[None]]
+
+
 @dataclass(eq=False)
 class Pump:
     """The receive loop of one group's queue in this process."""
 
-    broker: SnsSqsBroker
+    session: PumpSession
     group: str
     queue_url: str
     dlq_url: str
-    members: list[_Member] = field(default_factory=list)
+    members: list[Member] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     busy: bool = False
     stopping: bool = False
@@ -84,6 +108,13 @@ class Pump:
         name = f"rv-sqs-{self.group}"
         self.task = asyncio.get_running_loop().create_task(self._run(), name=name)
 
+    async def leave(self, member: Member) -> None:
+        """``member`` unsubscribed; the last one to leave hands the pump back (stopping)."""
+        if member in self.members:
+            self.members.remove(member)
+        if not self.members:
+            await self.session.release(self)
+
     async def stop(self) -> None:
         """Stop receiving. A receive in flight is let finish (at most ``wait`` seconds) and
         what it got is released at once, so it is not hidden from the next consumer for a
@@ -92,7 +123,7 @@ class Pump:
         self._stop.set()
         task = self.task
         if task is not None and not task.done():
-            grace = _CLOSE_GRACE if self.busy else self.broker.options.wait + 2.0
+            grace = _CLOSE_GRACE if self.busy else self.session.options.wait + 2.0
             await asyncio.wait({task}, timeout=grace)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -104,16 +135,10 @@ class Pump:
 
     async def _run(self) -> None:
         errors = 0
-        o = self.broker.options
+        o = self.session.options
         while not self.stopping:
             try:
-                got = await self.broker._sqs().receive_message(
-                    QueueUrl=self.queue_url,
-                    MaxNumberOfMessages=o.batch,
-                    WaitTimeSeconds=o.wait,
-                    MessageAttributeNames=["All"],
-                    MessageSystemAttributeNames=["ApproximateReceiveCount", "SentTimestamp"],
-                )
+                raws = await self.session.receive(self.queue_url)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -133,17 +158,16 @@ class Pump:
             if errors:
                 log.info("group %s: receiving again", self.group)
                 errors = 0
-            raws = got.get("Messages", [])
             if raws and self.stopping:
                 receipts = [str(r["ReceiptHandle"]) for r in raws]
                 with contextlib.suppress(BrokerError):
-                    await self.broker._change_visibility(self.queue_url, receipts, 0)
+                    await self.session.change_visibility(self.queue_url, receipts, 0)
                 return
             if raws:
-                await self._dispatch([as_dict(r) for r in raws])
+                await self._dispatch(raws)
 
     def _is_duplicate(self, msg_id: str) -> bool:
-        window = self.broker.options.dedup_window
+        window = self.session.options.dedup_window
         now = time.monotonic()
         while self._seen:
             oldest, at = next(iter(self._seen.items()))
@@ -153,7 +177,7 @@ class Pump:
         return msg_id in self._seen
 
     async def _dispatch(self, raws: list[dict[str, Any]]) -> None:
-        b = self.broker
+        b = self.session
         members = list(self.members)
         done: list[Delivery] = []
         poison: list[tuple[dict[str, Any], str]] = []
@@ -166,13 +190,13 @@ class Pump:
                 continue
             msg = d.message
             if self._is_duplicate(msg.msg_id):
-                b.duplicates_dropped += 1
+                b.count_duplicate()
                 done.append(d)
                 continue
             slots = [i for i, m in enumerate(members) if wanted(m.partitions, msg)]
             if not slots:  # another member's partition (collector groups), or no member
                 if not members:
-                    await b._change_visibility(self.queue_url, [d.receipt], 0)
+                    await b.change_visibility(self.queue_url, [d.receipt], 0)
                 else:
                     done.append(d)
                 continue
@@ -196,7 +220,7 @@ class Pump:
                 await asyncio.gather(keepalive, return_exceptions=True)
                 self.busy = False
         if done:
-            await b._delete(self.queue_url, [d.receipt for d in done])
+            await b.delete(self.queue_url, [d.receipt for d in done])
             now = time.monotonic()
             for d in done:
                 self._seen[d.message.msg_id] = now
@@ -233,11 +257,11 @@ class Pump:
     async def _reject(self, rest: list[Delivery], exc: BaseException) -> None:
         """The first message of ``rest`` failed: dead-letter it on its last receive (the rest
         then comes again at once), else release them all after a backoff."""
-        b, o = self.broker, self.broker.options
+        b, o = self.session, self.session.options
         head = rest[0]
         if head.receives >= o.max_receive:
-            await b._to_dlq(self.dlq_url, [(head.raw, error_text(exc), self.group)])
-            await b._delete(self.queue_url, [head.receipt])
+            await b.to_dlq(self.dlq_url, [(head.raw, error_text(exc), self.group)])
+            await b.delete(self.queue_url, [head.receipt])
             log.error(
                 "group %s: message %s failed on receive %d of %d: moved to the dead-letter "
                 "queue (the collector reads those events from the store): %s",
@@ -248,10 +272,10 @@ class Pump:
                 error_text(exc),
             )
             if rest[1:]:
-                await b._change_visibility(self.queue_url, [d.receipt for d in rest[1:]], 0)
+                await b.change_visibility(self.queue_url, [d.receipt for d in rest[1:]], 0)
             return
         delay = min(o.max_backoff, o.backoff * 2 ** max(0, head.receives - 1))
-        await b._change_visibility(self.queue_url, [d.receipt for d in rest], delay)
+        await b.change_visibility(self.queue_url, [d.receipt for d in rest], delay)
         log.warning(
             "group %s: handler failed on receive %d of message %s (%d held back), retry in %ds: %s",
             self.group,
@@ -264,16 +288,16 @@ class Pump:
 
     async def _dead_letter_raw(self, poison: list[tuple[dict[str, Any], str]]) -> None:
         """Messages that are not reventless messages go to the dead-letter queue at once."""
-        b = self.broker
-        await b._to_dlq(self.dlq_url, [(raw, err, self.group) for raw, err in poison])
-        await b._delete(self.queue_url, [str(raw["ReceiptHandle"]) for raw, _ in poison])
+        b = self.session
+        await b.to_dlq(self.dlq_url, [(raw, err, self.group) for raw, err in poison])
+        await b.delete(self.queue_url, [str(raw["ReceiptHandle"]) for raw, _ in poison])
         log.error("group %s: %d malformed message(s) dead-lettered", self.group, len(poison))
 
     async def _keep_alive(self, receipts: list[str]) -> None:
         """While handlers run, keep the messages invisible (ChangeMessageVisibilityBatch)."""
-        o = self.broker.options
+        o = self.session.options
         period = max(0.5, o.visibility / 3)
         while True:
             await asyncio.sleep(period)
             with contextlib.suppress(BrokerError):
-                await self.broker._change_visibility(self.queue_url, receipts, o.visibility)
+                await self.session.change_visibility(self.queue_url, receipts, o.visibility)

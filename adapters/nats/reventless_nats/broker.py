@@ -42,7 +42,7 @@ from reventless.broker import BrokerCapabilities, Handler, Message
 from reventless.errors import BrokerError
 
 from .options import NatsOptions
-from .pump import _Member, _Pump
+from .pump import Member, Pump, PumpSession
 
 log = logging.getLogger("reventless.broker.nats")
 
@@ -61,7 +61,7 @@ _CONSUMER_ALREADY_EXISTS = (10013, 10105, 10148)
 class JetStreamSubscription:
     """Handle returned by ``JetStreamBroker.subscribe``."""
 
-    def __init__(self, broker: JetStreamBroker, joined: list[tuple[_Pump, _Member]]) -> None:
+    def __init__(self, broker: JetStreamBroker, joined: list[tuple[Pump, Member]]) -> None:
         self._broker, self._joined = broker, joined
 
     async def close(self) -> None:
@@ -69,10 +69,7 @@ class JetStreamSubscription:
         fetch loop (the durable consumer stays on the server and resumes later)."""
         joined, self._joined = self._joined, []
         for pump, member in joined:
-            if member in pump.members:
-                pump.members.remove(member)
-            if not pump.members:
-                await self._broker._drop_pump(pump)
+            await pump.leave(member)
 
 
 class JetStreamBroker:
@@ -95,7 +92,10 @@ class JetStreamBroker:
         self._subscribe_lock = asyncio.Lock()
         self._declared: set[str] = set()
         self._created: set[str] = set()  # streams this broker made
-        self._pumps: dict[tuple[str, str, int | None], _Pump] = {}
+        self._pumps: dict[tuple[str, str, int | None], Pump] = {}
+        self._session = PumpSession(
+            self.options, self._prepare, self._declared.discard, self._to_message, self._drop_pump
+        )
         self._last_error = ""
         #: Messages the server stored / dropped as duplicates / skipped as too large.
         self.published = 0
@@ -433,7 +433,7 @@ class JetStreamBroker:
         handler: Handler,
         partitions: Collection[int] | None,
     ) -> JetStreamSubscription:
-        joined: list[tuple[_Pump, _Member]] = []
+        joined: list[tuple[Pump, Member]] = []
         try:
             subject_parts = self.options.subject_parts(partitions)
             for topic in dict.fromkeys(topics):
@@ -441,10 +441,10 @@ class JetStreamBroker:
                     pump = self._pumps.get((group, topic, part))
                     fresh = pump is None
                     if pump is None:
-                        pump = _Pump(self, group, topic, part)
-                        await pump._setup()  # errors reach the caller (bad config, no server)
+                        pump = Pump(self._session, group, topic, part)
+                        await pump.setup()  # errors reach the caller (bad config, no server)
                         self._pumps[(group, topic, part)] = pump
-                    member = _Member(handler, None if partitions is None else frozenset(partitions))
+                    member = Member(handler, None if partitions is None else frozenset(partitions))
                     pump.members.append(member)
                     joined.append((pump, member))
                     if fresh:
@@ -457,7 +457,17 @@ class JetStreamBroker:
             raise
         return JetStreamSubscription(self, joined)
 
-    async def _drop_pump(self, pump: _Pump) -> None:
+    async def _prepare(self, group: str, topic: str, part: int | None) -> JetStreamContext:
+        """The ``PumpSession.prepare`` of this broker's pumps."""
+        js = self._jetstream()
+        await self.declare(topic)
+        o = self.options
+        await self._ensure_consumer(
+            o.stream_name(topic), o.durable_name(group, part), group, topic, part
+        )
+        return js
+
+    async def _drop_pump(self, pump: Pump) -> None:
         if self._pumps.get((pump.group, pump.topic, pump.part)) is pump:
             del self._pumps[(pump.group, pump.topic, pump.part)]
         await pump.stop()

@@ -5,6 +5,10 @@ process.
 It pulls batches from the durable consumer, hands them to the group's members by key,
 acks after the handler returned (after the collector's checkpoint committed), naks with
 a growing delay on failure and terminates a message on its last delivery.
+
+A pump knows its broker only through the ``PumpSession`` the broker hands it (this module
+does not import the broker): what it needs to bind its consumer, to decode a message, and
+to hand itself back when its last member leaves.
 """
 
 from __future__ import annotations
@@ -13,9 +17,8 @@ import asyncio
 import contextlib
 import logging
 import zlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import nats.errors
 import nats.js.errors
@@ -26,9 +29,6 @@ from reventless.broker import Handler, Message, wanted
 from reventless.errors import BrokerError
 
 from .options import NatsOptions
-
-if TYPE_CHECKING:
-    from .broker import JetStreamBroker
 
 log = logging.getLogger("reventless.broker.nats")
 
@@ -41,9 +41,27 @@ def _backoff(base: float, cap: float, attempt: int) -> float:
 
 
 @dataclass(eq=False, slots=True)
-class _Member:
+class Member:
+    """One subscriber of a pump's group in this process (a ``subscribe`` call)."""
+
     handler: Handler
     partitions: frozenset[int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PumpSession:
+    """What a fetch loop may ask of its broker; the broker builds one for its pumps."""
+
+    options: NatsOptions
+    #: Declare ``topic``'s stream and ensure the durable consumer of (group, topic, subject
+    #: partition); returns the JetStream context to bind it with.
+    prepare: Callable[[str, str, int | None], Awaitable[JetStreamContext]]
+    #: The stream or consumer of ``topic`` may be gone: declare it again when next used.
+    redeclare: Callable[[str], None]
+    #: A fetched message of ``topic`` as a reventless ``Message``.
+    to_message: Callable[[str, Msg], Message]
+    #: The pump's last member left: the broker forgets the pump and stops it.
+    release: Callable[[Pump], Awaitable[None]]
 
 
 @dataclass(eq=False, slots=True)
@@ -53,15 +71,15 @@ class _Delivery:
 
 
 @dataclass(eq=False)
-class _Pump:
+class Pump:
     """The fetch loop of one (group, topic) durable consumer in this process."""
 
-    broker: JetStreamBroker
+    session: PumpSession
     group: str
     topic: str
     #: The subject partition this pump's consumer filters on (None: all of them).
     part: int | None = None
-    members: list[_Member] = field(default_factory=list)
+    members: list[Member] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     busy: bool = False
     stopping: bool = False
@@ -70,11 +88,18 @@ class _Pump:
 
     @property
     def options(self) -> NatsOptions:
-        return self.broker.options
+        return self.session.options
 
     def start(self) -> None:
         name = f"rv-nats-{self.group}-{self.topic}-{'all' if self.part is None else self.part}"
         self.task = asyncio.get_running_loop().create_task(self._run(), name=name)
+
+    async def leave(self, member: Member) -> None:
+        """``member`` unsubscribed; the last one to leave hands the pump back (stopped)."""
+        if member in self.members:
+            self.members.remove(member)
+        if not self.members:
+            await self.session.release(self)
 
     async def stop(self) -> None:
         """Stop fetching; a running handler may finish (bounded), then unsubscribe."""
@@ -101,12 +126,12 @@ class _Pump:
             async with asyncio.timeout(seconds):  # not wait_for: 3.11's can eat a cancel
                 await self._stop.wait()
 
-    async def _setup(self) -> None:
-        js = self.broker._jetstream()
-        await self.broker.declare(self.topic)
+    async def setup(self) -> None:
+        """Bind the durable consumer (declaring stream and consumer first); errors reach
+        the caller (``subscribe``: a bad config or no server)."""
+        js = await self.session.prepare(self.group, self.topic, self.part)
         stream = self.options.stream_name(self.topic)
         durable = self.options.durable_name(self.group, self.part)
-        await self.broker._ensure_consumer(stream, durable, self.group, self.topic, self.part)
         await self._unsubscribe()
         self._psub = await js.pull_subscribe_bind(consumer=durable, stream=stream)
 
@@ -115,7 +140,7 @@ class _Pump:
         while not self.stopping:
             try:
                 if self._psub is None:
-                    await self._setup()
+                    await self.setup()
                 batch = await self._fetch()
             except asyncio.CancelledError:
                 raise
@@ -137,7 +162,7 @@ class _Pump:
                 if isinstance(exc, nats.js.errors.APIError | BrokerError):
                     # The stream or consumer may be gone (a server that lost its state):
                     # declare both again before the next fetch.
-                    self.broker._declared.discard(self.topic)
+                    self.session.redeclare(self.topic)
                     await self._unsubscribe()
                 await self._pause(delay)
                 continue
@@ -168,7 +193,7 @@ class _Pump:
             return
         parts: dict[int, list[_Delivery]] = {}
         for raw in raws:
-            msg = self.broker._to_message(self.topic, raw)
+            msg = self.session.to_message(self.topic, raw)
             slots = [i for i, m in enumerate(members) if wanted(m.partitions, msg)]
             if not slots:  # another member's partition (collector groups): not ours
                 await _settle(raw.ack())
