@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/mypy --strict adapters/nats/reventless_nats
 	$(BIN)/mypy --strict adapters/aws/reventless_aws
+	$(BIN)/lint-imports
 
 # Local services the suite talks to (started if they are down; see infra/local/).
 services:

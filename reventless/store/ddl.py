@@ -84,7 +84,7 @@ def evolve(db: Database, conn: Connection, topic: TopicDef, table: str) -> None:
             continue
         want = KIND_TYPES[c.sql_kind]()
         # SQLAlchemy has no public name for a type's generic class (its "affinity")
-        if have["type"]._type_affinity is not want._type_affinity:
+        if have["type"]._type_affinity is not want._type_affinity:  # noqa: SLF001
             raise SchemaMismatchError(
                 f"topic {topic.name!r}: column {c.name!r} is stored as {have['type']}, "
                 f"the spec now says {c.sql_kind}"

@@ -11,8 +11,8 @@ import pytest
 import reventless as rv
 from examples.shop.model import StockAdded, stock_levels
 from examples.shop.stats import stock_counters
-from reventless.store.readmodel import SqlReadModelTable as ReadModelTable
 from reventless.spark import rebuild
+from reventless.store.readmodel import SqlReadModelTable as ReadModelTable
 from tests.spark.shoplog import append, declare
 
 pytestmark = pytest.mark.spark

@@ -9,6 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reventless as rv
+from reventless.store import tables
+from reventless.store.database import Database
 from reventless.store.leases import (
     Part,
     fair_share,
@@ -17,8 +19,6 @@ from reventless.store.leases import (
     leave_sync,
     release_sync,
 )
-from reventless.store import tables
-from reventless.store.database import Database
 
 TOPICS = {"A": 4, "B": 3}
 PARTS = [(t, p) for t, n in TOPICS.items() for p in range(n)]
