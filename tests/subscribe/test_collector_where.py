@@ -18,8 +18,8 @@ from pydantic import BaseModel
 import reventless as rv
 from reventless.cli import main
 from reventless.collect.where import compile_where
-from reventless.infra import channels_of
 from reventless.subscribe import PredicateError, ResnapshotRequiredError, Retention
+from reventless.synth import channels_of
 
 
 class OrderPlaced(rv.Event):
