@@ -164,7 +164,7 @@ def _load_app(spec: str) -> Any:
 
 async def cmd_infra(a: argparse.Namespace) -> int:
     """Write the infrastructure derived from the app's declarations (no I/O but files)."""
-    from .infra import synth
+    from .synth import synth
 
     written = synth(
         _load_app(a.app),

@@ -25,7 +25,7 @@ import pytest
 
 import reventless as rv
 from reventless.cli import main as cli
-from reventless.infra import Channels, CollectorChannel, channels_of, jetstream
+from reventless.synth import Channels, CollectorChannel, channels_of, jetstream
 from reventless.testing.broker_suite import BrokerConformance
 from tests.model import Counter
 from tests.moto_server import MotoServer, aws_url, require_adapter
