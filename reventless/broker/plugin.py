@@ -6,11 +6,11 @@ when a URL of its scheme is opened (or its infrastructure synthesised).
 Example (an adapter's ``pyproject.toml``)::
 
     [project.entry-points."reventless.brokers"]
-    "nats" = "reventless_nats.plugin:PLUGIN"
+    "kafka" = "my_kafka_adapter.plugin:PLUGIN"
 
 and in the adapter::
 
-    PLUGIN = BrokerPlugin(("nats",), JetStreamBroker.from_url, "pip install reventless-nats")
+    PLUGIN = BrokerPlugin(("kafka",), KafkaBroker.from_url, "pip install my-kafka-adapter")
 """
 
 from __future__ import annotations
