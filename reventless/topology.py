@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from .broker.channels import Channels, CollectorChannel
 from .collect.groups import group_name as lease_group
 from .collect.options import CollectorOptions
-from .collect.where import compile_where
+from .collect.where import compile_where, narrow
 from .errors import SpecError
 from .topic import TopicDef
 
@@ -157,7 +157,7 @@ class Topology:
         narrowed by its ``where=`` (None: every row, e.g. a schema-topic handler)."""
         filters = self.predicates[component]
         return {
-            t: _narrow(None if "*" in handlers else frozenset(handlers), filters, t)
+            t: narrow(None if "*" in handlers else frozenset(handlers), filters, t)
             for t, handlers in self.dispatches[component].items()
         }
 
@@ -243,17 +243,6 @@ def _compile(
     return {
         n: compile_where(c, {t: topics[t] for t in dispatches[n]}) for n, c in components.items()
     }
-
-
-def _narrow(
-    handled: frozenset[str] | None, filters: Mapping[str, TopicFilter], topic: str
-) -> frozenset[str] | None:
-    """The event types of ``handled`` (None: every row) that the topic's filter allows."""
-    f = filters.get(topic)
-    allowed = f.event_types() if f is not None else None
-    if allowed is None:
-        return handled
-    return allowed if handled is None else handled & allowed
 
 
 __all__ = [
