@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 
 from ..errors import StoreError
 from .database import Database
+from .retention import collectors_behind_sync
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -125,27 +126,12 @@ class SqlStoreAdmin:
             entry = lag.setdefault((c, t), [0, 0])
             entry[0] = max(entry[0], int(o))
             entry[1] = max(entry[1], heads.get((t, int(p)), 0) - int(o))
-        stopped = self._behind_sync(conn)
+        stopped = {(b.component, b.topic) for b in collectors_behind_sync(self.db, conn, None)}
         collectors = [
             CollectorLag(c, t, cp, behind, (c, t) in stopped)
             for (c, t), (cp, behind) in lag.items()
         ]
         return StoreOverview(topics, collectors)
-
-    def _behind_sync(self, conn: Connection) -> set[tuple[str, str]]:
-        # The (component, topic) pairs with a checkpoint behind its partition's retention
-        # horizon: the query of ``Retention.collectors_behind`` (no horizons table yet:
-        # retention never ran, nothing is behind).
-        if not conn.dialect.has_table(conn, "rv_retention_horizons"):
-            return set()
-        q = self.db.q
-        sql = (
-            f"SELECT c.component, c.topic, c.{q('partition')}, c.{q('offset')}, h.horizon "
-            f"FROM rv_checkpoints c JOIN rv_retention_horizons h "
-            f"ON h.topic = c.topic AND h.{q('partition')} = c.{q('partition')} "
-            f"WHERE c.{q('offset')} < h.horizon"
-        )
-        return {(str(c), str(t)) for c, t, _, _, _ in conn.exec_driver_sql(sql).all()}
 
     def _schema_sync(self, conn: Connection, topic: str) -> tuple[str, pa.Schema]:
         row = conn.exec_driver_sql(
