@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from .broker.channels import Channels, CollectorChannel
 from .collect.groups import group_name as lease_group
 from .collect.options import CollectorOptions
-from .collect.where import compile_where, narrow
+from .collect.where import compile_where, narrow, wanted_types
 from .errors import SpecError
 from .topic import TopicDef
 
@@ -165,12 +165,7 @@ class Topology:
         """Per topic, the event types ``component`` needs when that is fewer than all of
         the topic's types; topics it needs whole (or schema topics) are left out. A broker
         that filters by type (SNS filter policies) subscribes with these."""
-        out = {}
-        for t, types in self.reads(component).items():
-            every = frozenset(self.topics[t].schema.event_types)
-            if types is not None and every and types < every:
-                out[t] = types
-        return out
+        return wanted_types(self.topics, self.dispatches[component], self.predicates[component])
 
     def group(self, component: str) -> str:
         """The broker consumer group ``component`` subscribes with in a static group, as

@@ -163,16 +163,9 @@ class Collector:
         """Per topic, the event types this collector needs when that is fewer than all
         of the topic's types (its handlers', narrowed by its ``where=``); topics it
         needs whole (or schema topics) are left out."""
-        from .where import narrow
+        from .where import wanted_types
 
-        out = {}
-        for name, handlers in self.dispatch.items():
-            every = frozenset(self.topics[name].schema.event_types)
-            handled = None if "*" in handlers else frozenset(handlers)
-            types = narrow(handled, self.filters, name)
-            if types is not None and every and types < every:
-                out[name] = types
-        return out
+        return wanted_types(self.topics, self.dispatch, self.filters)
 
     async def stop(self) -> None:
         """Stop delivery and polling (the checkpoint is already durable); a leased member

@@ -83,6 +83,25 @@ def compile_where(component: Component, topics: Mapping[str, TopicDef]) -> dict[
     return out
 
 
+def wanted_types(
+    topics: Mapping[str, TopicDef],
+    dispatch: Mapping[str, Mapping[str, object]],
+    filters: Mapping[str, TopicFilter],
+) -> dict[str, frozenset[str]]:
+    """Per topic of ``dispatch``, the event types a component needs when that is fewer
+    than all of the topic's types (its handlers', narrowed by its ``where=``); topics it
+    needs whole (or schema topics) are left out. A broker that filters by type (SNS
+    filter policies) subscribes with these."""
+    out = {}
+    for name, handlers in dispatch.items():
+        every = frozenset(topics[name].schema.event_types)
+        handled = None if "*" in handlers else frozenset(handlers)
+        types = narrow(handled, filters, name)
+        if types is not None and every and types < every:
+            out[name] = types
+    return out
+
+
 def narrow(
     handled: frozenset[str] | None, filters: Mapping[str, TopicFilter], topic: str
 ) -> frozenset[str] | None:

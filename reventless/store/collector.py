@@ -18,7 +18,7 @@ Example::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
@@ -255,15 +255,6 @@ class SqlCollectorStore:
                 for f in failed
             ],
         )
-
-    async def set_checkpoints(self, component: str, checkpoints: Mapping[Part, int]) -> None:
-        """Write checkpoints outright (tests and tools; collectors commit through ``commit``)."""
-
-        def work(conn: Connection) -> None:
-            for (topic, partition), offset in checkpoints.items():
-                conn.exec_driver_sql(self._checkpoint_sql, (component, topic, partition, offset))
-
-        await self.db.write(work)
 
     # -- dead letters ------------------------------------------------------------------------
 

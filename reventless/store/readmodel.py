@@ -74,6 +74,26 @@ class ReadModelStore(Protocol[R]):
         ...
 
 
+def read_model_table(model: RowModel[Any], name: str | None = None) -> sa.Table:
+    """The table of read model ``model`` as SQLAlchemy metadata: its row's columns, keyed
+    by ``model.key``; named ``name`` (another version) or ``rm_<name>``."""
+    schema = TopicSchema.from_model(model.name, model.row)
+    return sa.Table(
+        name or table_name("rm_", model.name),
+        sa.MetaData(),
+        *(
+            sa.Column(
+                c.name,
+                KIND_TYPES[c.sql_kind](),
+                primary_key=c.name == model.key,
+                nullable=c.nullable or c.name == model.key,
+                autoincrement=False,
+            )
+            for c in schema.columns
+        ),
+    )
+
+
 class _BoundWriter:
     """A ``RowWriter`` on one open transaction."""
 
@@ -130,21 +150,7 @@ class SqlReadModelTable(Generic[R]):
 
     def sa_table(self) -> sa.Table:
         """The table as SQLAlchemy metadata (for DDL of this or another version)."""
-        md = sa.MetaData()
-        return sa.Table(
-            self.table,
-            md,
-            *(
-                sa.Column(
-                    c.name,
-                    KIND_TYPES[c.sql_kind](),
-                    primary_key=c.name == self.model.key,
-                    nullable=c.nullable or c.name == self.model.key,
-                    autoincrement=False,
-                )
-                for c in self.schema.columns
-            ),
-        )
+        return read_model_table(self.model, self.table)
 
     def create_sync(self, conn: Connection) -> bool:
         """Create the table; if the row schema changed, drop it and reset the checkpoints.

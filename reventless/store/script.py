@@ -15,31 +15,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from ..codec import TopicSchema
 from ..topic import TopicDef
 from . import tables
-from .database import table_name
-from .ddl import KIND_TYPES, topic_table
-from .readmodel import RowModel
-
-
-def read_model_table(model: RowModel[Any]) -> sa.Table:
-    """The table of read model ``model`` (``rm_<name>``: its row's columns, keyed)."""
-    schema = TopicSchema.from_model(model.name, model.row)
-    return sa.Table(
-        table_name("rm_", model.name),
-        sa.MetaData(),
-        *(
-            sa.Column(
-                c.name,
-                KIND_TYPES[c.sql_kind](),
-                primary_key=c.name == model.key,
-                nullable=c.nullable or c.name == model.key,
-                autoincrement=False,
-            )
-            for c in schema.columns
-        ),
-    )
+from .ddl import topic_table
+from .readmodel import RowModel, read_model_table
 
 
 def ddl_script(
