@@ -55,12 +55,13 @@ from .errors import (
     UnhandledCommandError,
     UnknownEventTypeError,
 )
-from .eventlog import EventLog, ExecuteResult, LogOptions, Topic
+from .eventlog import EventLog, ExecuteResult, LogOptions
 from .handle import CollectorHandle, Projection
 from .ids import uuid7
 from .spec import Aggregate, Command, Envelope, Event, Metadata, applies, handles, upcasts
 from .store import StoreOptions
-from .topic import partition_of
+from .topic import Topic
+from .topicdef import partition_of
 
 __all__ = [
     "Aggregate",

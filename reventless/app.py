@@ -35,14 +35,13 @@ from .collect.options import CollectorOptions
 from .deadletter import DeadLetter, RedriveReport
 from .decode import retired_models
 from .errors import ReventlessError, SpecError
-from .eventlog import EventLog, LogOptions, Topic
+from .eventlog import EventLog, LogOptions
 from .handle import CollectorHandle, Projection
 from .relay import Relay
 from .spec import Aggregate
-from .store.database import Database, StoreOptions
-from .store.readmodel import SqlReadModelTable
-from .store.sql import SqlEventStore
-from .topic import TopicDef, TopicKind
+from .store import ReadModelStore, Store, StoreOptions, open_store
+from .topic import Topic
+from .topicdef import TopicDef, TopicKind
 from .topology import Topology
 
 if TYPE_CHECKING:
@@ -103,13 +102,13 @@ class App:
     ) -> None:
         self.options = options or AppOptions()
         self.service = service
-        self.store = SqlEventStore(Database(store, self.options.store))
+        self.store: Store = open_store(store, self.options.store)
         self.broker: Broker = open_broker(broker) if isinstance(broker, str) else broker
         self._topics: dict[str, Topic] = {}
         self._logs: dict[type[Aggregate], EventLog[Any]] = {}
         self._components: dict[str, Component] = {}
         self._collectors: dict[str, Collector] = {}
-        self._tables: dict[str, SqlReadModelTable[Any]] = {}
+        self._tables: dict[str, ReadModelStore[Any]] = {}
         self._relay: Relay | None = None
         self._topology: Topology | None = None
         self._started = False
@@ -382,7 +381,7 @@ class App:
         return MappingProxyType(self._collectors)
 
     @property
-    def tables(self) -> Mapping[str, SqlReadModelTable[Any]]:
+    def tables(self) -> Mapping[str, ReadModelStore[Any]]:
         """The built read-model tables by name (empty before ``start``)."""
         return MappingProxyType(self._tables)
 

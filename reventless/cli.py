@@ -18,8 +18,7 @@ import asyncio
 import importlib
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -27,9 +26,7 @@ import pyarrow.parquet as pq
 
 from .codec import META_NAMES
 from .errors import ReventlessError
-from .store.admin import SqlStoreAdmin
-from .store.collector import SqlCollectorStore
-from .store.database import Database
+from .store import open_admin
 
 
 def _print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -41,18 +38,8 @@ def _print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
-@asynccontextmanager
-async def _admin(url: str) -> AsyncIterator[SqlStoreAdmin]:
-    db = Database(url)
-    await db.open()
-    try:
-        yield SqlStoreAdmin(db)
-    finally:
-        await db.close()
-
-
 async def cmd_topics(a: argparse.Namespace) -> int:
-    async with _admin(a.store) as admin:
+    async with open_admin(a.store) as admin:
         overview = await admin.overview()
     _print_table(
         ["topic", "kind", "tenant", "partitions", "head", "table"],
@@ -77,7 +64,7 @@ async def cmd_topics(a: argparse.Namespace) -> int:
 
 
 async def cmd_tail(a: argparse.Namespace) -> int:
-    async with _admin(a.store) as admin:
+    async with open_admin(a.store) as admin:
         schema, rows = await admin.tail(a.topic, a.from_offset, a.limit)
     names = schema.names
     for row in (dict(zip(names, r, strict=True)) for r in rows):
@@ -103,7 +90,7 @@ async def cmd_export(a: argparse.Namespace) -> int:
                 print(f"  exported {count} rows", file=sys.stderr, flush=True)
         return count
 
-    async with _admin(a.store) as admin:
+    async with open_admin(a.store) as admin:
         n = await admin.scan(a.topic, a.from_offset, write)
     print(f"wrote {n} rows to {a.path}")
     return 0
@@ -114,8 +101,8 @@ def _fields_only(schema: pa.Schema) -> pa.Schema:
 
 
 async def cmd_dead_letters(a: argparse.Namespace) -> int:
-    async with _admin(a.store) as admin:
-        letters = await SqlCollectorStore(admin.db).dead_letters(a.component)
+    async with open_admin(a.store) as admin:
+        letters = await admin.collectors.dead_letters(a.component)
         names = await admin.components()
     if a.broker:  # the broker's dead-letter queues too (adapters that have them)
         letters.extend(

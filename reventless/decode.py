@@ -14,7 +14,20 @@ from typing import Any
 
 from pydantic import create_model
 
-from .codec import FIELDS_AT, TopicSchema
+from .codec import (
+    AGGREGATE_AT,
+    CORRELATION_AT,
+    FIELDS_AT,
+    MSG_ID_AT,
+    OFFSET_AT,
+    PRODUCED_AT_AT,
+    ROW_IDX_AT,
+    SCHEMA_VERSION_AT,
+    TENANT_AT,
+    TYPE_AT,
+    VERSION_AT,
+    TopicSchema,
+)
 from .errors import SchemaMismatchError, UnknownEventTypeError
 from .spec import Envelope, Event, Metadata
 from .store.append import StoredRow
@@ -35,7 +48,7 @@ def retired_models(events: Sequence[type[Event]]) -> list[type[Event]]:
 
 def decode_row(schema: TopicSchema, row: Sequence[Any]) -> Any:
     """The current-version event (or row dict) of a stored row."""
-    event_type, version = row[5], row[6]
+    event_type, version = row[TYPE_AT], row[SCHEMA_VERSION_AT]
     if version == schema.versions.get(event_type, version):
         return schema.decode(event_type, row[FIELDS_AT:])
     return upcast(schema, event_type, version, row[FIELDS_AT:])
@@ -70,12 +83,14 @@ def upcast(schema: TopicSchema, event_type: str, version: int, values: Sequence[
 
 
 _META_CACHE: dict[tuple[Any, ...], Metadata] = {}
+#: The columns of ``Metadata`` (correlation id .. tenant), in its field order.
+_META_FROM, _META_TO = CORRELATION_AT, TENANT_AT + 1
 
 
 def _meta_of(row: StoredRow) -> Metadata:
     # Events of one command (and often of one caller) share their metadata: reuse the
     # immutable object instead of building one per event.
-    key = row[8:14]
+    key = row[_META_FROM:_META_TO]
     meta = _META_CACHE.get(key)
     if meta is None:
         if len(_META_CACHE) >= 4096:
@@ -93,14 +108,14 @@ def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any
     fields = (
         decode_row(schema, row),
         topic,
-        row[0],
-        row[5],
-        row[3],
-        row[4],
-        row[7],
-        row[2],
+        row[OFFSET_AT],
+        row[TYPE_AT],
+        row[AGGREGATE_AT],
+        row[VERSION_AT],
+        row[MSG_ID_AT],
+        row[PRODUCED_AT_AT],
         _meta_of(row),
-        row[6],
-        row[1],
+        row[SCHEMA_VERSION_AT],
+        row[ROW_IDX_AT],
     )
     return _tuple_new(Envelope, fields)

@@ -1,4 +1,4 @@
-"""Topics and the EventLog builder: execute commands, append, load, read and export.
+"""The EventLog: an aggregate's topic. Execute commands, append, load, read and export.
 
 Example::
 
@@ -14,31 +14,24 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-from pydantic import BaseModel
-
-from .decode import decode_row, envelope_of
+from .decode import decode_row
 from .errors import (
     AggregateNotFoundError,
     ConcurrencyError,
     Rejected,
     StoreError,
-    TenantError,
 )
 from .ids import uuid7_strs
-from .spec import Aggregate, Command, Envelope, Event, Metadata
-from .store.append import AppendRequest, AppendResult, StoredRow
-from .store.sql import SqlEventStore
-from .topic import TopicDef, partition_of
+from .spec import Aggregate, Command, Event, Metadata
+from .store.append import AppendRequest, AppendResult
+from .topic import Topic, now_us
+from .topicdef import TopicDef, partition_of, stored_rows
 
 A = TypeVar("A", bound=Aggregate)
 _EMPTY_META = Metadata()
@@ -73,142 +66,6 @@ class ExecuteResult:
     first_offset: int
     last_offset: int
     duplicate: bool = False
-
-
-def _now_us() -> int:
-    return time.time_ns() // 1000
-
-
-class Topic:
-    """A typed, append-only stream: read it as envelopes or Arrow batches, export to Parquet.
-
-    Schema topics (declared from an Arrow schema or a pydantic model) are published
-    to with ``publish``; aggregate topics are written by their ``EventLog``.
-    """
-
-    def __init__(self, definition: TopicDef, *, service: str | None = None) -> None:
-        self.definition = definition
-        self.name = definition.name
-        self.schema = definition.schema
-        self.service = service
-        self._store: SqlEventStore | None = None
-
-    def attach(self, store: SqlEventStore) -> None:
-        """Build this topic on ``store`` (the App does it when it starts)."""
-        self._store = store
-
-    @property
-    def store(self) -> SqlEventStore:
-        """The store this topic is built on (after the App started)."""
-        if self._store is None:
-            raise StoreError(f"topic {self.name!r} is not built: start the App first")
-        return self._store
-
-    @property
-    def arrow_schema(self) -> pa.Schema:
-        """The topic's Arrow schema (metadata columns first)."""
-        return self.schema.arrow_schema
-
-    def _check_tenant(self, tenant: str | None) -> str | None:
-        pinned = self.definition.tenant
-        if pinned is None:
-            return tenant
-        if tenant is not None and tenant != pinned:
-            raise TenantError(f"topic {self.name!r} belongs to tenant {pinned!r}, not {tenant!r}")
-        return pinned
-
-    async def head(self) -> int:
-        """The last committed offset (0 when empty)."""
-        return await self.store.head(self.name)
-
-    async def read(self, from_offset: int = 1, limit: int = 1000) -> list[Envelope[Any]]:
-        """Up to ``limit`` envelopes from ``from_offset`` on, in offset order."""
-        rows = await self.store.read(self.name, from_offset, limit)
-        return [envelope_of(self.schema, self.name, r) for r in rows]
-
-    async def iter(
-        self, from_offset: int = 1, *, page_size: int = 2000
-    ) -> AsyncIterator[Envelope[Any]]:
-        """Every envelope from ``from_offset`` to the current head, read in pages."""
-        async for rows in self._pages(from_offset, page_size):
-            for r in rows:
-                yield envelope_of(self.schema, self.name, r)
-
-    async def _pages(
-        self, from_offset: int, page_size: int, upto: int | None = None
-    ) -> AsyncIterator[list[StoredRow]]:
-        async for rows in self.store.stream(self.name, from_offset, page_size, upto=upto):
-            yield rows
-
-    async def read_batches(
-        self, from_offset: int = 1, *, batch_size: int = 10_000, upto: int | None = None
-    ) -> AsyncIterator[pa.RecordBatch]:
-        """The log as typed Arrow record batches (the topic's ``arrow_schema``)."""
-        async for rows in self._pages(from_offset, batch_size, upto):
-            yield self.schema.to_arrow(rows)
-
-    async def export_parquet(
-        self, path: str | Path, *, from_offset: int = 1, batch_size: int = 50_000
-    ) -> int:
-        """Write the log from ``from_offset`` to one Parquet file; returns the row count."""
-        count = 0
-        with pq.ParquetWriter(str(path), self.arrow_schema) as writer:
-            async for batch in self.read_batches(from_offset, batch_size=batch_size):
-                writer.write_batch(batch)
-                count += batch.num_rows
-        return count
-
-    async def publish(
-        self,
-        data: pa.Table | pa.RecordBatch | Sequence[BaseModel],
-        *,
-        meta: Metadata | None = None,
-    ) -> AppendResult:
-        """Append rows to a schema topic in one transaction (all or nothing).
-
-        ``data`` is an Arrow table/batch with the topic's field columns, or a list of
-        the topic's pydantic model. A mismatch raises ``SchemaMismatchError`` and a
-        wrong tenant ``TenantError``; nothing lands in either case.
-        """
-        if self.definition.kind == "aggregate":
-            raise StoreError(f"{self.name!r} is an aggregate topic: use EventLog.execute/append")
-        meta = meta or _EMPTY_META
-        tenant = self._check_tenant(meta.tenant)
-        if isinstance(data, pa.Table | pa.RecordBatch):
-            fields = self.schema.from_arrow_rows(data, with_meta=False)
-        else:
-            encode = self.schema.encoder(next(iter(self.schema.event_types), ""))
-            fields = [encode(m) for m in data]
-        type_name = next(iter(self.schema.event_types), self.name)
-        key = self.definition.key
-        key_idx = [c.name for c in self.schema.columns].index(key) if key else None
-        produced = _now_us()
-        ids = uuid7_strs(len(fields))
-        keys = [None if key_idx is None else str(f[key_idx]) for f in fields]
-        parts = self.definition.partitions
-        rows = [
-            (
-                i,
-                produced,
-                keys[i],
-                None,
-                type_name,
-                1,
-                ids[i],
-                meta.correlation_id,
-                meta.causation_id,
-                meta.user,
-                meta.service or self.service,
-                meta.ip,
-                tenant,
-                partition_of(keys[i], parts),
-                *f,
-            )
-            for i, f in enumerate(fields)
-        ]
-        if not rows:
-            return AppendResult(self.name, 0, -1)
-        return await self.store.append(AppendRequest(self.name, rows))
 
 
 class EventLog(Topic, Generic[A]):
@@ -295,40 +152,33 @@ class EventLog(Topic, Generic[A]):
         tenant: str | None,
         command_id: str | None,
     ) -> list[tuple[Any, ...]]:
-        produced = _now_us()
-        service = meta.service or self.service
-        correlation = meta.correlation_id or command_id
-        causation = meta.causation_id or command_id
-        rows: list[tuple[Any, ...]] = []
         ids = uuid7_strs(len(events))
-        if correlation is None:
-            correlation = ids[0]
+        context = (
+            meta.correlation_id or command_id or ids[0],
+            meta.causation_id or command_id,
+            meta.user,
+            meta.service or self.service,
+            meta.ip,
+            tenant,
+        )
         partition = partition_of(aggregate_id, self.definition.partitions)
-        user, ip = meta.user, meta.ip
         encoders = self._encoders
-        append = rows.append
-        for i, e in enumerate(events):
-            cls = type(e)
-            append(
+        return stored_rows(
+            now_us(),
+            ids,
+            context,
+            (
                 (
-                    i,
-                    produced,
                     aggregate_id,
                     version + i + 1,
-                    cls.event_type,
-                    cls.schema_version,
-                    ids[i],
-                    correlation,
-                    causation,
-                    user,
-                    service,
-                    ip,
-                    tenant,
+                    type(e).event_type,
+                    type(e).schema_version,
                     partition,
-                    *encoders[cls.event_type](e),
+                    encoders[type(e).event_type](e),
                 )
-            )
-        return rows
+                for i, e in enumerate(events)
+            ),
+        )
 
     async def append(
         self,

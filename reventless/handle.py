@@ -18,7 +18,7 @@ from .collect.collector import Collector
 from .collect.component import Component, ReadModel
 from .deadletter import DeadLetter, RedriveReport
 from .errors import StoreError
-from .store.readmodel import SqlReadModelTable as ReadModelTable
+from .store.readmodel import ReadModelStore
 
 if TYPE_CHECKING:
     from .app import App
@@ -91,7 +91,7 @@ class Projection(CollectorHandle, Generic[R]):
         self.model = model
 
     @property
-    def table(self) -> ReadModelTable[R]:
+    def table(self) -> ReadModelStore[R]:
         """The read model's SQL table (queries)."""
         t = self._app.tables.get(self.name)
         if t is None:

@@ -22,22 +22,17 @@ from collections import deque
 from collections.abc import Mapping
 
 from .broker import Broker, Message, capabilities_of
-from .codec import META_NAMES
+from .codec import OFFSET_AT, PARTITION_AT, TYPE_AT
 from .codec.ipc import decode_batch, encode_batch
 from .errors import ReventlessError
 from .store.append import AppendResult, StoredRow
 from .store.port import Store
-from .topic import TopicDef
-
-PARTITION_AT = META_NAMES.index("_partition")
+from .topicdef import TopicDef
 
 log = logging.getLogger("reventless.relay")
 
 _PAGE = 1000
 _MAX_BUFFER = 50_000
-
-
-TYPE_AT = META_NAMES.index("_type")
 
 
 def message_for(topic: TopicDef, partition: int, rows: list[StoredRow], prev: int) -> Message:
@@ -47,7 +42,7 @@ def message_for(topic: TopicDef, partition: int, rows: list[StoredRow], prev: in
     gap (it has not seen ``prev`` yet) from a duplicate; the key is the partition.
     ``rv-types`` names the event types in the message (brokers may filter on it).
     """
-    first, last = rows[0][0], rows[-1][0]
+    first, last = rows[0][OFFSET_AT], rows[-1][OFFSET_AT]
     headers = {
         "rv-first": str(first),
         "rv-last": str(last),
@@ -80,7 +75,7 @@ def fitted(
         log.error(
             "event at offset %d of topic %s is %d bytes encoded, over the broker's message "
             "limit of %d: not published (collectors read it from the store)",
-            rows[0][0],
+            rows[0][OFFSET_AT],
             topic.name,
             len(msg.data),
             limit,
@@ -89,7 +84,7 @@ def fitted(
     half = len(rows) // 2
     return [
         *fitted(topic, partition, rows[:half], prev, limit),
-        *fitted(topic, partition, rows[half:], rows[half - 1][0], limit),
+        *fitted(topic, partition, rows[half:], rows[half - 1][OFFSET_AT], limit),
     ]
 
 
@@ -107,7 +102,7 @@ def messages_for(
     out = []
     for p, part in by_part.items():
         out.extend(fitted(topic, p, part, last.get(p, 0), limit))
-        last[p] = part[-1][0]
+        last[p] = part[-1][OFFSET_AT]
     return out
 
 
@@ -245,21 +240,21 @@ class Relay:
         buf = self._buffer[name]
         while self.published[name] < self._known[name]:
             done = self.published[name]
-            while buf and buf[0][0] <= done:
+            while buf and buf[0][OFFSET_AT] <= done:
                 buf.popleft()
             rows: list[StoredRow] = []
-            if buf and buf[0][0] == done + 1:
-                while buf and len(rows) < _PAGE and buf[0][0] == done + 1 + len(rows):
+            if buf and buf[0][OFFSET_AT] == done + 1:
+                while buf and len(rows) < _PAGE and buf[0][OFFSET_AT] == done + 1 + len(rows):
                     rows.append(buf.popleft())
             else:  # a gap (another process's rows, or the buffer overflowed): use the store
-                upto = buf[0][0] - 1 if buf else None
+                upto = buf[0][OFFSET_AT] - 1 if buf else None
                 rows = await self.store.read(name, done + 1, _PAGE, upto=upto)
             if not rows:
                 return
             last = dict(self._last[name])
             await self.broker.publish(messages_for(topic, rows, last, self.max_message_bytes))
             self._last[name] = last
-            self.published[name] = rows[-1][0]
+            self.published[name] = rows[-1][OFFSET_AT]
 
     async def _persist(self) -> None:
         changed = {t: o for t, o in self.published.items() if self._persisted.get(t) != o}

@@ -1,43 +1,165 @@
-"""Topic definitions: a named, typed, append-only stream of rows (events)."""
+"""Topics: typed, append-only streams of a store, read as envelopes or Arrow batches,
+exported to Parquet, and published to (schema topics). ``EventLog`` (``eventlog.py``) is the
+topic of an aggregate.
+
+Example::
+
+    orders = app.topic("orders", schema=schema)   # a schema topic
+    async with app:
+        await orders.publish(table)
+        async for batch in orders.read_batches():
+            ...
+"""
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass
-from typing import Literal
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
 
-from .codec import TopicSchema
-from .errors import SpecError
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel
 
-TopicKind = Literal["aggregate", "model", "arrow"]
+from .decode import envelope_of
+from .errors import StoreError, TenantError
+from .ids import uuid7_strs
+from .spec import Envelope, Metadata
+from .store.append import AppendRequest, AppendResult, StoredRow
+from .store.port import Store
+from .topicdef import TopicDef, partition_of, stored_rows
+
+_EMPTY_META = Metadata()
 
 
-@dataclass(frozen=True, slots=True)
-class TopicDef:
-    """What the store and broker need to know about a topic.
+def now_us() -> int:
+    """Now, in microseconds since the epoch (``_produced_at``)."""
+    return time.time_ns() // 1000
 
-    ``tenant`` pins the topic to one tenant (``None``: global). ``key`` names the
-    column that partitions a schema topic (its rows' ``_aggregate_id``), so that
-    per-key order is kept by brokers. ``partitions`` (fixed when the topic is created)
-    splits the topic by aggregate id: each event's ``_partition`` is
-    ``crc32(aggregate_id) % partitions``; order is kept per partition, and a collector
-    group's members share the partitions.
+
+class Topic:
+    """A typed, append-only stream: read it as envelopes or Arrow batches, export to Parquet.
+
+    Schema topics (declared from an Arrow schema or a pydantic model) are published
+    to with ``publish``; aggregate topics are written by their ``EventLog``.
     """
 
-    name: str
-    schema: TopicSchema
-    kind: TopicKind
-    tenant: str | None = None
-    key: str | None = None
-    partitions: int = 1
+    def __init__(self, definition: TopicDef, *, service: str | None = None) -> None:
+        self.definition = definition
+        self.name = definition.name
+        self.schema = definition.schema
+        self.service = service
+        self._store: Store | None = None
 
-    def __post_init__(self) -> None:
-        if not 1 <= self.partitions <= 1024:
-            raise SpecError(f"topic {self.name!r}: partitions must be 1..1024")
+    def attach(self, store: Store) -> None:
+        """Build this topic on ``store`` (the App does it when it starts)."""
+        self._store = store
 
+    @property
+    def store(self) -> Store:
+        """The store this topic is built on (after the App started)."""
+        if self._store is None:
+            raise StoreError(f"topic {self.name!r} is not built: start the App first")
+        return self._store
 
-def partition_of(aggregate_id: str | None, partitions: int) -> int:
-    """The partition of an aggregate (stable across processes and runs)."""
-    if partitions == 1 or aggregate_id is None:
-        return 0
-    return zlib.crc32(aggregate_id.encode()) % partitions
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The topic's Arrow schema (metadata columns first)."""
+        return self.schema.arrow_schema
+
+    def _check_tenant(self, tenant: str | None) -> str | None:
+        pinned = self.definition.tenant
+        if pinned is None:
+            return tenant
+        if tenant is not None and tenant != pinned:
+            raise TenantError(f"topic {self.name!r} belongs to tenant {pinned!r}, not {tenant!r}")
+        return pinned
+
+    async def head(self) -> int:
+        """The last committed offset (0 when empty)."""
+        return await self.store.head(self.name)
+
+    async def read(self, from_offset: int = 1, limit: int = 1000) -> list[Envelope[Any]]:
+        """Up to ``limit`` envelopes from ``from_offset`` on, in offset order."""
+        rows = await self.store.read(self.name, from_offset, limit)
+        return [envelope_of(self.schema, self.name, r) for r in rows]
+
+    async def iter(
+        self, from_offset: int = 1, *, page_size: int = 2000
+    ) -> AsyncIterator[Envelope[Any]]:
+        """Every envelope from ``from_offset`` to the current head, read in pages."""
+        async for rows in self._pages(from_offset, page_size):
+            for r in rows:
+                yield envelope_of(self.schema, self.name, r)
+
+    async def _pages(
+        self, from_offset: int, page_size: int, upto: int | None = None
+    ) -> AsyncIterator[list[StoredRow]]:
+        async for rows in self.store.stream(self.name, from_offset, page_size, upto=upto):
+            yield rows
+
+    async def read_batches(
+        self, from_offset: int = 1, *, batch_size: int = 10_000, upto: int | None = None
+    ) -> AsyncIterator[pa.RecordBatch]:
+        """The log as typed Arrow record batches (the topic's ``arrow_schema``)."""
+        async for rows in self._pages(from_offset, batch_size, upto):
+            yield self.schema.to_arrow(rows)
+
+    async def export_parquet(
+        self, path: str | Path, *, from_offset: int = 1, batch_size: int = 50_000
+    ) -> int:
+        """Write the log from ``from_offset`` to one Parquet file; returns the row count."""
+        count = 0
+        with pq.ParquetWriter(str(path), self.arrow_schema) as writer:
+            async for batch in self.read_batches(from_offset, batch_size=batch_size):
+                writer.write_batch(batch)
+                count += batch.num_rows
+        return count
+
+    async def publish(
+        self,
+        data: pa.Table | pa.RecordBatch | Sequence[BaseModel],
+        *,
+        meta: Metadata | None = None,
+    ) -> AppendResult:
+        """Append rows to a schema topic in one transaction (all or nothing).
+
+        ``data`` is an Arrow table/batch with the topic's field columns, or a list of
+        the topic's pydantic model. A mismatch raises ``SchemaMismatchError`` and a
+        wrong tenant ``TenantError``; nothing lands in either case.
+        """
+        if self.definition.kind == "aggregate":
+            raise StoreError(f"{self.name!r} is an aggregate topic: use EventLog.execute/append")
+        meta = meta or _EMPTY_META
+        tenant = self._check_tenant(meta.tenant)
+        if isinstance(data, pa.Table | pa.RecordBatch):
+            fields = self.schema.from_arrow_rows(data, with_meta=False)
+        else:
+            encode = self.schema.encoder(next(iter(self.schema.event_types), ""))
+            fields = [encode(m) for m in data]
+        type_name = next(iter(self.schema.event_types), self.name)
+        key = self.definition.key
+        key_idx = [c.name for c in self.schema.columns].index(key) if key else None
+        keys = [None if key_idx is None else str(f[key_idx]) for f in fields]
+        parts = self.definition.partitions
+        context = (
+            meta.correlation_id,
+            meta.causation_id,
+            meta.user,
+            meta.service or self.service,
+            meta.ip,
+            tenant,
+        )
+        rows = stored_rows(
+            now_us(),
+            uuid7_strs(len(fields)),
+            context,
+            (
+                (k, None, type_name, 1, partition_of(k, parts), f)
+                for k, f in zip(keys, fields, strict=True)
+            ),
+        )
+        if not rows:
+            return AppendResult(self.name, 0, -1)
+        return await self.store.append(AppendRequest(self.name, rows))

@@ -27,7 +27,7 @@ from .collect.groups import group_name as lease_group
 from .collect.options import CollectorOptions
 from .collect.where import compile_where, narrow, wanted_types
 from .errors import SpecError
-from .topic import TopicDef
+from .topicdef import TopicDef
 
 if TYPE_CHECKING:
     from .app import App

@@ -19,14 +19,43 @@ Example::
 
 from __future__ import annotations
 
-from .columns import FIELDS_AT, META_FIELDS, META_NAMES, META_SQL_KINDS, Column, SqlKind
+from .columns import (
+    AGGREGATE_AT,
+    CORRELATION_AT,
+    FIELDS_AT,
+    META_FIELDS,
+    META_NAMES,
+    META_SQL_KINDS,
+    MSG_ID_AT,
+    OFFSET_AT,
+    PARTITION_AT,
+    PRODUCED_AT_AT,
+    ROW_IDX_AT,
+    SCHEMA_VERSION_AT,
+    TENANT_AT,
+    TYPE_AT,
+    VERSION_AT,
+    Column,
+    SqlKind,
+)
 from .schema import TopicSchema
 
 __all__ = [
+    "AGGREGATE_AT",
+    "CORRELATION_AT",
     "FIELDS_AT",
     "META_FIELDS",
     "META_NAMES",
     "META_SQL_KINDS",
+    "MSG_ID_AT",
+    "OFFSET_AT",
+    "PARTITION_AT",
+    "PRODUCED_AT_AT",
+    "ROW_IDX_AT",
+    "SCHEMA_VERSION_AT",
+    "TENANT_AT",
+    "TYPE_AT",
+    "VERSION_AT",
     "Column",
     "SqlKind",
     "TopicSchema",

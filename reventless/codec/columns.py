@@ -59,6 +59,19 @@ META_NAMES: tuple[str, ...] = tuple(f.name for f in META_FIELDS)
 FIELDS_AT = len(META_NAMES)
 """Index of the first field column in a stored row."""
 
+# Where each metadata column sits in a stored row (``row[OFFSET_AT]``, not ``row[0]``).
+OFFSET_AT = META_NAMES.index("_offset")
+ROW_IDX_AT = META_NAMES.index("_row_idx")
+PRODUCED_AT_AT = META_NAMES.index("_produced_at")
+AGGREGATE_AT = META_NAMES.index("_aggregate_id")
+VERSION_AT = META_NAMES.index("_version")
+TYPE_AT = META_NAMES.index("_type")
+SCHEMA_VERSION_AT = META_NAMES.index("_schema_version")
+MSG_ID_AT = META_NAMES.index("_msg_id")
+CORRELATION_AT = META_NAMES.index("_correlation_id")
+TENANT_AT = META_NAMES.index("_tenant")
+PARTITION_AT = META_NAMES.index("_partition")
+
 META_SQL_KINDS: tuple[SqlKind, ...] = tuple(
     "text" if pa.types.is_string(f.type) else "int" for f in META_FIELDS
 )

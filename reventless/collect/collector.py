@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mappi
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..broker import Broker, Message, Subscription, capabilities_of
-from ..codec import META_NAMES
+from ..codec import OFFSET_AT, PARTITION_AT, TYPE_AT
 from ..codec.ipc import decode_batch
 from ..deadletter import DeadLetter, RedriveReport
 from ..decode import envelope_of
@@ -32,9 +32,10 @@ from ..errors import LeaseLostError
 from ..eventlog import EventLog
 from ..spec import Aggregate, Envelope
 from ..store.append import StoredRow
-from ..store.collector import Apply, Failure, Fence, Progress, RowTable
+from ..store.collector import Apply, Failure, Fence, Progress
 from ..store.port import Store
-from ..topic import TopicDef
+from ..store.readmodel import RowTable
+from ..topicdef import TopicDef
 from . import deadletter
 from .component import Component, HandlerSpec
 from .groups import LeasedGroup
@@ -59,9 +60,6 @@ def failures(failed: Sequence[tuple[Envelope[Any], str, int]]) -> list[Failure]:
 
 
 Part = tuple[str, int]  # (topic, partition)
-PARTITION_AT = META_NAMES.index("_partition")
-TYPE_AT = META_NAMES.index("_type")
-OFFSET_AT = META_NAMES.index("_offset")
 LogResolver = Callable[[type[Aggregate] | str], EventLog[Any]]
 State = Literal["running", "paused", "resnapshot_required"]
 

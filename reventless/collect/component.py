@@ -24,7 +24,8 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 KeyFn = Callable[[Envelope[Any]], Any]
 
 
-def _default_key(ev: Envelope[Any]) -> Any:
+def default_key(ev: Envelope[Any]) -> Any:
+    """The key a handler writes under when it names none: the event's aggregate id."""
     return ev.aggregate_id
 
 
@@ -34,7 +35,7 @@ class HandlerSpec:
 
     fn: Callable[..., Any]
     wants_current: bool = False
-    key: KeyFn = _default_key
+    key: KeyFn = default_key
     is_async: bool = False
 
 
@@ -101,7 +102,7 @@ class Component:
         return HandlerSpec(
             fn=fn,
             wants_current=len(params) == 2,
-            key=key or _default_key,
+            key=key or default_key,
             is_async=inspect.iscoroutinefunction(fn),
         )
 

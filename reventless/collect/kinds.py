@@ -12,9 +12,8 @@ from ..eventlog import command_id_for
 from ..spec import Envelope, Metadata
 from ..store.append import StoredRow
 from ..store.collector import Failure
-from ..store.readmodel import RowWriter
-from ..store.readmodel import SqlReadModelTable as ReadModelTable
-from ..topic import partition_of
+from ..store.readmodel import ReadModelStore, RowWriter
+from ..topicdef import partition_of
 from .collector import Collector, Failed, LogResolver, failures
 from .component import (
     Delete,
@@ -36,7 +35,7 @@ log = logging.getLogger("reventless.collect")
 class ReadModelCollector(Collector):
     """Keeps a ReadModel's table: rows and checkpoint commit in one transaction."""
 
-    def __init__(self, model: ReadModel[Any], table: ReadModelTable[Any], **kw: Any) -> None:
+    def __init__(self, model: ReadModel[Any], table: ReadModelStore[Any], **kw: Any) -> None:
         super().__init__(model, **kw)
         self.table = table
         for spec in [*model.handlers.values(), *model.topic_handlers.values()]:

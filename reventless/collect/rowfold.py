@@ -26,16 +26,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..codec import FIELDS_AT, META_NAMES
+from ..codec import FIELDS_AT, META_NAMES, SCHEMA_VERSION_AT, TYPE_AT
 from ..codec.codegen import has_validators, plain_type
 from ..store.append import StoredRow
-from ..topic import TopicDef
+from ..topicdef import TopicDef
 from .component import HandlerSpec, ReadModel
 from .upserts import _META, RULE, UpsertRule
 
 _Get = Callable[[StoredRow], Any]
-_TYPE_AT = META_NAMES.index("_type")
-_VERSION_AT = META_NAMES.index("_schema_version")
 _CONV: dict[Any, Callable[[Any], Any]] = {float: float, bool: bool}
 
 
@@ -128,7 +126,7 @@ class RowFold:
         plans, out = self.plans, set()
         try:
             for row in rows:
-                plan = plans.get(row[_TYPE_AT])
+                plan = plans.get(row[TYPE_AT])
                 if plan is not None:
                     out.add(plan.key(row))
         except _NotExact:
@@ -144,10 +142,10 @@ class RowFold:
         acc: dict[Any, dict[str, Any]] = {}
         try:
             for row in rows:
-                plan = plans.get(row[_TYPE_AT])
+                plan = plans.get(row[TYPE_AT])
                 if plan is None:
                     continue  # a type this model does not handle
-                if row[_VERSION_AT] != plan.version:
+                if row[SCHEMA_VERSION_AT] != plan.version:
                     return None  # upcasting: the handlers' path
                 k = plan.key(row)
                 d = acc.get(k)

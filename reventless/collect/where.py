@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..predicate import Predicate, PredicateError
-from ..topic import TopicDef
+from ..topicdef import TopicDef
 from .component import Component
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel
 
-from ..codec import TopicSchema
+from ..codec import OFFSET_AT, TYPE_AT, TopicSchema
 from ..collect.component import Delete, HandlerSpec, ReadModel, Upsert, as_ops
 from ..decode import envelope_of, retired_models
 from ..errors import ReventlessError
@@ -159,8 +159,8 @@ def decode(schema: TopicSchema, topic: str, row: tuple[Any, ...]) -> Envelope[An
             f"event no longer decodes ({type(exc).__name__}: {exc}); register an upcaster "
             "or fix the event class",
             topic,
-            int(row[0]),
-            str(row[5]),
+            int(row[OFFSET_AT]),
+            str(row[TYPE_AT]),
         ) from exc
 
 
@@ -205,13 +205,13 @@ def fold_partition(
                     flush()
                     group = g
                 plan = plans[t]
-                etype = row[5]
+                etype = row[TYPE_AT]
                 spec = plan.handler(etype)
                 if etype not in schemas[t].event_types and schemas[t].event_types:
                     raise RebuildError(
                         f"unknown event type {etype!r} (no class of this topic has it)",
                         plan.name,
-                        int(row[0]),
+                        int(row[OFFSET_AT]),
                         str(etype),
                     )
                 if spec is None:

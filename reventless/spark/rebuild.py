@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..collect.collector import Collector
-from ..collect.component import Component, ReadModel, _default_key
+from ..collect.component import Component, ReadModel, default_key
 from ..collect.upserts import KEY_COLUMN
 from ..errors import SpecError, StoreError
 from ..eventlog import EventLog
+from ..store import SqlEventStore, require_sql
 from ..store.database import table_name
-from ..store.sql import SqlEventStore
 from ..store.swap import SqlRebuildLog, SqlTableVersions, TableVersions
 from .fold import RebuildError, TopicPlan, fold_partition, output_schema, recipe_of, schema_of
 from .source import Source, default_workdir, log_frame
@@ -89,7 +89,7 @@ def _key_column(plan: TopicPlan) -> Column | None:
 
     cases: list[tuple[list[str], str]] = []
     for etype, spec in plan.handlers.items():
-        if spec.key is _default_key:
+        if spec.key is default_key:
             col = "_aggregate_id"
         else:
             named = getattr(spec.key, KEY_COLUMN, None)
@@ -206,10 +206,12 @@ async def _open_store(app: App, names: list[str]) -> tuple[SqlEventStore, bool]:
     or collectors started: safe next to a running application)."""
     topic = app.topics[names[0]]
     try:
-        return topic.store, False
+        running = topic.store
     except StoreError:
         pass
-    store = app.store
+    else:
+        return require_sql(running, "a Spark rebuild"), False
+    store = require_sql(app.store, "a Spark rebuild")
     await store.open()
     for t in app.topics.values():
         await store.register(t.definition)

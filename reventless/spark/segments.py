@@ -26,10 +26,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..codec import OFFSET_AT
 from ..errors import StoreError
 from ..store.sql import SqlEventStore
 from ..store.swap import SqlRebuildLog
-from ..topic import TopicDef
+from ..topicdef import TopicDef
 from .arrow import spark_schema, to_spark
 
 _SEGMENT = re.compile(r"^seg-(\d{20})-(\d{20})\.parquet$")
@@ -110,9 +111,9 @@ async def export_segments(
             batch: pa.RecordBatch = to_spark(topic.schema.to_arrow(page))
             if writer is None:
                 writer = pq.ParquetWriter(str(tmp), schema)
-                first = int(page[0][0])
+                first = int(page[0][OFFSET_AT])
             writer.write_batch(batch)
-            last = int(page[-1][0])
+            last = int(page[-1][OFFSET_AT])
             rows += len(page)
             if last - first + 1 >= rows_per_file:
                 close()

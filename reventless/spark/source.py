@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from ..errors import SpecError
-from ..eventlog import Topic
-from ..store.sql import SqlEventStore
-from ..topic import TopicDef
+from ..store import SqlEventStore, Store, require_sql
+from ..topic import Topic
+from ..topicdef import TopicDef
 from .arrow import spark_schema
 from .jdbc import read_jdbc
 from .segments import export_segments
@@ -46,7 +46,7 @@ def pick_source(store: SqlEventStore, source: Source) -> Literal["parquet", "jdb
 
 async def log_frame(
     spark: SparkSession,
-    store: SqlEventStore,
+    log: Store,
     topic: TopicDef,
     *,
     upto: int,
@@ -56,6 +56,7 @@ async def log_frame(
     """Offsets ``1..upto`` of ``topic`` as a DataFrame of its (Spark-form) typed schema."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    store = require_sql(log, "reading a log into Spark")
     arrow = topic.schema.arrow_schema
     if pick_source(store, source) == "jdbc":
         parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)

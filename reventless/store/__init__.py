@@ -1,49 +1,94 @@
-"""The EventStore port and its SQL implementation (SQLite and PostgreSQL via SQLAlchemy)."""
+"""The store port (the Protocols the rest of reventless types against) and its SQL
+implementation (SQLite and PostgreSQL via SQLAlchemy).
+
+The ports: ``EventStore`` (the log) and ``Store`` (the log plus its facets:
+``CollectorStore``, ``LeaseStore``, ``RetentionStore``, ``RelayPositions`` and a
+``ReadModelStore`` per read model); ``SubscriptionStore`` (the gateway's subscriptions),
+``TableVersions`` and ``RebuildLog`` (the Spark hand-off) and ``StoreAdmin`` (the CLI).
+``open_store`` and ``open_admin`` build the SQL implementations from a URL; nothing
+outside this package names a ``Sql*`` class except where it needs SQL itself (Spark's
+JDBC reads, the SQL conformance suite), through ``require_sql``.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-from ..topic import TopicDef
+from ..errors import StoreError
+from .admin import CollectorLag, SqlStoreAdmin, StoreAdmin, StoreOverview, TopicHead
 from .append import AppendRequest, AppendResult, StoredRow
+from .collector import CollectorStore, Failure, Fence, Progress, SqlCollectorStore
 from .database import Database, StoreOptions
+from .leases import Grant, LeaseStore
+from .port import EventStore, Loaded, Part, Store
+from .readmodel import ReadModelStore, RowModel, RowTable, RowWriter
+from .relay import RelayPositions
+from .retention import Behind, RetentionStore
 from .sql import SqlEventStore
+from .subscriptions import Subscription, SubscriptionStore
+from .swap import RebuildLog, SwapWriter, TableVersions
 
 
-class EventStore(Protocol):
-    """Append-only, offset-addressed storage of topics (the source of truth)."""
+def open_store(url: str, options: StoreOptions | None = None) -> Store:
+    """The store at ``url`` (``sqlite:///…``, ``postgresql://…``), not yet opened."""
+    return SqlEventStore(Database(url, options))
 
-    async def register(self, topic: TopicDef) -> bool:
-        """Create the topic's table atomically; True if it was created now."""
-        ...
 
-    async def append(self, request: AppendRequest) -> AppendResult:
-        """Append rows in one transaction; raise ``ConcurrencyError`` on a version clash."""
-        ...
+def require_sql(store: Store, what: str) -> SqlEventStore:
+    """``store`` as the SQL store, for ``what`` that reads SQL tables itself; a
+    ``StoreError`` naming ``what`` for any other backend."""
+    if not isinstance(store, SqlEventStore):
+        raise StoreError(f"{what} needs the SQL store, not {type(store).__name__}")
+    return store
 
-    async def read(
-        self, topic: str, from_offset: int, limit: int, *, upto: int | None = None
-    ) -> list[StoredRow]:
-        """Rows with ``from_offset <= _offset [<= upto]`` in offset order."""
-        ...
 
-    async def read_stream(
-        self, topic: str, aggregate_id: str, after_version: int
-    ) -> list[StoredRow]:
-        """One aggregate's rows after ``after_version`` in version order."""
-        ...
-
-    async def head(self, topic: str) -> int:
-        """The last assigned (and committed) offset of ``topic``; 0 when empty."""
-        ...
+@asynccontextmanager
+async def open_admin(url: str) -> AsyncIterator[StoreAdmin]:
+    """The store at ``url`` as the command-line tool inspects it, open for the block."""
+    db = Database(url)
+    await db.open()
+    try:
+        yield SqlStoreAdmin(db)
+    finally:
+        await db.close()
 
 
 __all__ = [
     "AppendRequest",
     "AppendResult",
+    "Behind",
+    "CollectorLag",
+    "CollectorStore",
     "Database",
     "EventStore",
+    "Failure",
+    "Fence",
+    "Grant",
+    "LeaseStore",
+    "Loaded",
+    "Part",
+    "Progress",
+    "ReadModelStore",
+    "RebuildLog",
+    "RelayPositions",
+    "RetentionStore",
+    "RowModel",
+    "RowTable",
+    "RowWriter",
+    "SqlCollectorStore",
     "SqlEventStore",
+    "Store",
+    "StoreAdmin",
     "StoreOptions",
+    "StoreOverview",
     "StoredRow",
+    "Subscription",
+    "SubscriptionStore",
+    "SwapWriter",
+    "TableVersions",
+    "TopicHead",
+    "open_admin",
+    "open_store",
+    "require_sql",
 ]

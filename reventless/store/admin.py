@@ -23,6 +23,7 @@ import pyarrow as pa
 from sqlalchemy.engine import Connection
 
 from ..errors import StoreError
+from .collector import CollectorStore, SqlCollectorStore
 from .database import Database
 from .retention import collectors_behind_sync
 
@@ -93,12 +94,21 @@ class StoreAdmin(Protocol):
         """Names of the components that hold checkpoints, sorted."""
         ...
 
+    @property
+    def collectors(self) -> CollectorStore:
+        """The collectors' checkpoints and dead letters."""
+        ...
+
 
 class SqlStoreAdmin:
     """``StoreAdmin`` on the SQL store (SQLite, PostgreSQL)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    @property
+    def collectors(self) -> CollectorStore:
+        return SqlCollectorStore(self.db)
 
     async def overview(self) -> StoreOverview:
         return await self.db.read(self._overview_sync)

@@ -29,7 +29,7 @@ from ..deadletter import DeadLetter
 from ..errors import LeaseLostError
 from .database import Database
 from .leases import holds_sync
-from .readmodel import RowWriter
+from .readmodel import RowTable, RowWriter
 
 Part = tuple[str, int]  # (topic, partition)
 Parked = set[tuple[str, str]]  # (topic, aggregate id)
@@ -66,14 +66,6 @@ class Failure:
     event_type: str
     error: str
     attempts: int
-
-
-class RowTable(Protocol):
-    """A read model's table as a batch commit writes it (``SqlReadModelTable``)."""
-
-    def writer(self, conn: Connection) -> RowWriter:
-        """Its rows inside the commit's transaction."""
-        ...
 
 
 #: Runs a batch's handlers inside the commit (on the store's writer thread): returns the

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection
 
 from ..codec import META_FIELDS, META_NAMES, META_SQL_KINDS, Column
 from ..errors import SchemaMismatchError
-from ..topic import TopicDef
+from ..topicdef import TopicDef
 from .database import Database, table_name
 
 KIND_TYPES: dict[str, Callable[[], Any]] = {

@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from ..topic import TopicDef
+from ..topicdef import TopicDef
 from .append import AppendRequest, AppendResult, StoredRow
 from .collector import CollectorStore
 from .leases import LeaseStore
-from .readmodel import RowModel, SqlReadModelTable
+from .readmodel import ReadModelStore, RowModel
 from .relay import RelayPositions
 from .retention import RetentionStore
 
@@ -169,7 +169,7 @@ class Store(EventStore, Protocol):
         """The outbox relay's position per topic."""
         ...
 
-    def read_model(self, model: RowModel[Any]) -> SqlReadModelTable[Any]:
+    def read_model(self, model: RowModel[Any]) -> ReadModelStore[Any]:
         """The table of a read model (queries, and the rows its batches write)."""
         ...
 

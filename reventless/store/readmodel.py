@@ -54,8 +54,30 @@ class RowWriter(Protocol):
         ...
 
 
-class ReadModelStore(Protocol[R]):
-    """The queries of a read model's table (what ``Projection`` serves)."""
+class RowTable(Protocol):
+    """A read model's table as a batch commit writes it (``SqlReadModelTable``)."""
+
+    def writer(self, conn: Any) -> RowWriter:
+        """Its rows inside the commit's transaction (``conn`` is the store's own)."""
+        ...
+
+
+class ReadModelStore(RowTable, Protocol[R]):
+    """A read model's table: created at start, written by its collector's batch commits
+    (``RowTable``), queried by ``Projection``."""
+
+    @property
+    def model(self) -> RowModel[R]:
+        """The read model the table holds."""
+        ...
+
+    async def create(self) -> bool:
+        """Create the table if it is missing; True if it was created now."""
+        ...
+
+    def key_of(self, row: BaseModel) -> Any:
+        """The key of ``row``; ``SpecError`` if it is not the model's row type."""
+        ...
 
     async def get(self, key: Any) -> R | None:
         """The row with ``key``, or None."""

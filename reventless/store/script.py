@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from ..topic import TopicDef
+from ..topicdef import TopicDef
 from . import tables
 from .ddl import topic_table
 from .readmodel import RowModel, read_model_table

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 
 from ..codec import META_NAMES, META_SQL_KINDS
 from ..errors import SchemaMismatchError, StoreError
-from ..topic import TopicDef
+from ..topicdef import TopicDef
 from . import tables
 from .append import (
     NOTIFY_CHANNEL,

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..codec import OFFSET_AT
 from ..errors import BadRequestError
 from .catalog import events_of
 from .page import Page
@@ -96,7 +97,7 @@ class Member:
         lag = max((head - acked for _, acked in got.owned.values()), default=0)
         if sub.state == "paused" or not got.owned:
             return Page([], head + 1, head, lag, sub.state, leases)
-        nxt = rows[-1][0] + 1 if len(rows) == limit else head + 1
+        nxt = rows[-1][OFFSET_AT] + 1 if len(rows) == limit else head + 1
         return Page(events_of(info, rows, sub.columns), nxt, head, lag, sub.state, leases)
 
     async def ack(self, partition: int, offset: int, epoch: int) -> int:

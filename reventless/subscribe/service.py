@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
+from ..codec import OFFSET_AT
 from ..errors import (
     BadRequestError,
     TopicNotFoundError,
@@ -280,7 +281,7 @@ class Subscriptions:
         lag = max(0, head - sub.acked)
         if sub.state == "paused":
             return Page([], start, head, lag, "paused")
-        nxt = rows[-1][0] + 1 if len(rows) == limit else max(start, head + 1)
+        nxt = rows[-1][OFFSET_AT] + 1 if len(rows) == limit else max(start, head + 1)
         return Page(events_of(info, rows, sub.columns), nxt, head, lag, sub.state)
 
     async def ack(self, sub_id: str, offset: int, *, tenant: str | None = ADMIN) -> int:

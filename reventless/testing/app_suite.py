@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 import reventless as rv
 from reventless.broker import Broker
+from reventless.store import require_sql
 
 
 class Seen(BaseModel):
@@ -147,7 +148,7 @@ class BrokerAppConformance:
             await log.execute_many([(f"g-{i % 16}", Add()) for i in range(320)])
             for app in members:
                 await app.settle(timeout=30)
-            rows = await writer.store.db.read(
+            rows = await require_sql(writer.store, "this test").db.read(
                 lambda c: list(c.exec_driver_sql("SELECT id, events, member FROM rm_seen"))
             )
             assert {r[0]: r[1] for r in rows} == {f"g-{i}": 20 for i in range(16)}

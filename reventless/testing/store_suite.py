@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 import reventless as rv
 from reventless.errors import ConcurrencyError, SchemaMismatchError, TenantError
+from reventless.store import SqlEventStore, require_sql
 
 
 class Deposited(rv.Event):
@@ -100,13 +101,18 @@ def cdc_table(n: int, start: int = 0) -> pa.Table:
     )
 
 
+def sql_store(app: rv.App) -> SqlEventStore:
+    """The app's store as the SQL store this suite inspects."""
+    return require_sql(app.store, "the SQL store conformance suite")
+
+
 async def sql_rows(app: rv.App, sql: str) -> list[Any]:
     """Run raw SQL against the app's store (the proof of what landed)."""
-    return await app.store.db.read(lambda c: list(c.exec_driver_sql(sql).all()))
+    return await sql_store(app).db.read(lambda c: list(c.exec_driver_sql(sql).all()))
 
 
 async def assert_gapless(app: rv.App, topic: str) -> list[int]:
-    table = app.store.table_of(topic)
+    table = sql_store(app).table_of(topic)
     offsets = [r[0] for r in await sql_rows(app, f"SELECT _offset FROM {table} ORDER BY _offset")]
     assert offsets == list(range(1, len(offsets) + 1)), offsets
     assert await app.store.head(topic) == len(offsets)
@@ -145,9 +151,8 @@ class StoreConformance:
 
         assert uuid.UUID(env.msg_id).version == 7
         assert env2.meta.correlation_id == env2.msg_id  # filled in when not given
-        rows = await sql_rows(
-            app, f"SELECT _type, _schema_version, _row_idx FROM {app.store.table_of('Account')}"
-        )
+        table = sql_store(app).table_of("Account")
+        rows = await sql_rows(app, f"SELECT _type, _schema_version, _row_idx FROM {table}")
         assert rows == [("Deposited", 1, 0), ("Deposited", 1, 0)]
 
     async def test_rejection_is_typed_and_lands_nothing(self, app: rv.App) -> None:
@@ -155,7 +160,7 @@ class StoreConformance:
         with pytest.raises(rv.Rejected) as info:
             await log.execute("a-1", Withdraw(amount=1))
         assert info.value.code == "insufficient_funds"
-        assert await sql_rows(app, f"SELECT * FROM {app.store.table_of('Account')}") == []
+        assert await sql_rows(app, f"SELECT * FROM {sql_store(app).table_of('Account')}") == []
         with pytest.raises(rv.AggregateNotFoundError):
             await log.get("a-1")
 
@@ -164,7 +169,7 @@ class StoreConformance:
         await log.execute("a-1", Deposit(amount=1))
         with pytest.raises(ConcurrencyError):
             await log.append("a-1", [Deposited(amount=99)], expected_version=0)
-        rows = await sql_rows(app, f"SELECT _version FROM {app.store.table_of('Account')}")
+        rows = await sql_rows(app, f"SELECT _version FROM {sql_store(app).table_of('Account')}")
         assert rows == [(1,)]
         await assert_gapless(app, "Account")
         res = await log.append("a-1", [Deposited(amount=2)], expected_version=1)
@@ -176,7 +181,7 @@ class StoreConformance:
         await asyncio.gather(*(log.execute(f"a-{i}", Deposit(amount=1)) for i in range(60)))
         log.forget()
         assert (await log.load("hot")).balance == 60
-        table = app.store.table_of("Account")
+        table = sql_store(app).table_of("Account")
         versions = await sql_rows(
             app, f"SELECT _version FROM {table} WHERE _aggregate_id = 'hot' ORDER BY _version"
         )
@@ -193,7 +198,7 @@ class StoreConformance:
             *(log.append(f"bulk-{i}", big[:100], expected_version=0) for i in range(1, 21))
         )
         await assert_gapless(app, "Account")
-        table = app.store.table_of("Account")
+        table = sql_store(app).table_of("Account")
         rows = await sql_rows(
             app,
             f"SELECT amount, note, _version FROM {table} WHERE _aggregate_id = 'bulk-0' "
@@ -214,7 +219,7 @@ class StoreConformance:
             await asyncio.gather(*(log.execute(a, Deposit(amount=1)) for a in ids))
             for a in ids[:5]:
                 await log.execute(a, Deposit(amount=2))
-            table = app.store.table_of("Account")
+            table = sql_store(app).table_of("Account")
             rows = await sql_rows(app, f"SELECT _aggregate_id, _partition, _offset FROM {table}")
             assert {(a, p) for a, p, _ in rows} == {(a, zlib.crc32(a.encode()) % 4) for a in ids}
             heads = await app.store.partition_heads(["Account"])
@@ -225,7 +230,7 @@ class StoreConformance:
                 assert [r[0] for r in got] == mine  # in offset order, only that partition
         again = rv.App(store=store_url, options=rv.AppOptions(partitions=8))
         again.event_log(Account)
-        if not app.store.db.is_memory:  # the count is fixed once the topic exists
+        if not sql_store(app).db.is_memory:  # the count is fixed once the topic exists
             with pytest.raises(SchemaMismatchError, match="partitions"):
                 await again.start()
 
@@ -234,7 +239,7 @@ class StoreConformance:
         first = await log.execute("a-1", Deposit(amount=3), command_id="cmd-1")
         again = await log.execute("a-1", Deposit(amount=3), command_id="cmd-1")
         assert not first.duplicate and again.duplicate
-        assert len(await sql_rows(app, f"SELECT * FROM {app.store.table_of('Account')}")) == 1
+        assert len(await sql_rows(app, f"SELECT * FROM {sql_store(app).table_of('Account')}")) == 1
 
     async def test_snapshots_keep_state_equal_to_the_fold(self, store_url: str) -> None:
         app = rv.App(store=store_url, options=rv.AppOptions(log=rv.LogOptions(snapshot_every=10)))
@@ -249,7 +254,7 @@ class StoreConformance:
             loaded = await log.load("a-1")
             assert (loaded.balance, loaded.version) == (sum(range(35)), 35)
             # a snapshot of another state shape is ignored, the fold still works
-            await app.store.db.write(
+            await sql_store(app).db.write(
                 lambda c: c.exec_driver_sql("UPDATE rv_snapshots SET fingerprint = 'old'")
             )
             assert (await log.load("a-1")).balance == sum(range(35))
@@ -287,7 +292,7 @@ class StoreConformance:
         for bad in (bad_type, missing, extra, nulls):
             with pytest.raises(SchemaMismatchError):
                 await cdc.publish(bad)
-        rows = await sql_rows(app, f"SELECT COUNT(*) FROM {app.store.table_of('cdc.orders')}")
+        rows = await sql_rows(app, f"SELECT COUNT(*) FROM {sql_store(app).table_of('cdc.orders')}")
         assert rows == [(10,)]
         [env] = await cdc.read(from_offset=10, limit=1)
         assert env.event == {"op": "c", "ts_ms": 9, "key": "order-2", "after": '{"total": 1}'}
@@ -316,7 +321,7 @@ class StoreConformance:
             await pinned.publish(cdc_table(2), meta=rv.Metadata(tenant="other"))
         await pinned.publish(cdc_table(2), meta=rv.Metadata(tenant="acme"))
         await pinned.publish(cdc_table(1))  # the pinned tenant is filled in
-        rows = await sql_rows(app, f"SELECT _tenant FROM {app.store.table_of('cdc.pinned')}")
+        rows = await sql_rows(app, f"SELECT _tenant FROM {sql_store(app).table_of('cdc.pinned')}")
         assert rows == [("acme",)] * 3
 
     async def test_execute_many_returns_rejections_as_values(self, app: rv.App) -> None:
@@ -326,7 +331,7 @@ class StoreConformance:
         )
         assert isinstance(out[1], rv.Rejected) and out[1].code == "insufficient_funds"
         assert [r.version for r in out if isinstance(r, rv.ExecuteResult)] == [1, 1]
-        assert len(await sql_rows(app, f"SELECT * FROM {app.store.table_of('Account')}")) == 2
+        assert len(await sql_rows(app, f"SELECT * FROM {sql_store(app).table_of('Account')}")) == 2
 
     async def test_pinned_event_log_rejects_other_tenants(self, store_url: str) -> None:
         app = rv.App(store=store_url)
@@ -342,14 +347,14 @@ class StoreConformance:
                     meta=rv.Metadata(tenant="evil"),
                 )
             await log.execute("a-1", Deposit(amount=1))
-            rows = await sql_rows(app, f"SELECT _tenant FROM {app.store.table_of('Account')}")
+            rows = await sql_rows(app, f"SELECT _tenant FROM {sql_store(app).table_of('Account')}")
             assert rows == [("acme",)]
 
     async def test_unknown_event_type_on_load_fails_loudly(self, app: rv.App) -> None:
         log = self.accounts(app)
         await log.execute("a-1", Deposit(amount=1))
-        table = app.store.table_of("Account")
-        await app.store.db.write(
+        table = sql_store(app).table_of("Account")
+        await sql_store(app).db.write(
             lambda c: c.exec_driver_sql(f"UPDATE {table} SET _type = 'Vanished'")
         )
         log.forget()
@@ -367,8 +372,8 @@ class StoreConformance:
         check = rv.App(store=store_url)
         await check.store.open()
         try:
-            names = await check.store.db.read(lambda c: sa.inspect(c).get_table_names())
-            topics = await check.store.db.read(
+            names = await sql_store(check).db.read(lambda c: sa.inspect(c).get_table_names())
+            topics = await sql_store(check).db.read(
                 lambda c: c.exec_driver_sql("SELECT name FROM rv_topics").all()
             )
         finally:

@@ -1,0 +1,85 @@
+"""Topic definitions (what the store and brokers know of a topic) and the metadata columns
+every stored row starts with."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .codec import TopicSchema
+from .errors import SpecError
+
+TopicKind = Literal["aggregate", "model", "arrow"]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDef:
+    """What the store and broker need to know about a topic.
+
+    ``tenant`` pins the topic to one tenant (``None``: global). ``key`` names the
+    column that partitions a schema topic (its rows' ``_aggregate_id``), so that
+    per-key order is kept by brokers. ``partitions`` (fixed when the topic is created)
+    splits the topic by aggregate id: each event's ``_partition`` is
+    ``crc32(aggregate_id) % partitions``; order is kept per partition, and a collector
+    group's members share the partitions.
+    """
+
+    name: str
+    schema: TopicSchema
+    kind: TopicKind
+    tenant: str | None = None
+    key: str | None = None
+    partitions: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.partitions <= 1024:
+            raise SpecError(f"topic {self.name!r}: partitions must be 1..1024")
+
+
+def partition_of(aggregate_id: str | None, partitions: int) -> int:
+    """The partition of an aggregate (stable across processes and runs)."""
+    if partitions == 1 or aggregate_id is None:
+        return 0
+    return zlib.crc32(aggregate_id.encode()) % partitions
+
+
+#: The metadata a caller gives every row of one append: correlation id, causation id, user,
+#: service, ip, tenant (``META_NAMES`` order).
+RowContext = tuple[str | None, str | None, str | None, str | None, str | None, str | None]
+#: One row's own metadata and field values: aggregate id, version, type, schema version,
+#: partition, fields.
+RowEntry = tuple[str | None, int | None, str, int, int, Sequence[Any]]
+
+
+def stored_rows(
+    produced_us: int, ids: Sequence[str], context: RowContext, entries: Iterable[RowEntry]
+) -> list[tuple[Any, ...]]:
+    """The rows of one append request: ``META_NAMES`` but ``_offset`` (the store assigns
+    it when it appends), then the fields. The one builder of the metadata columns, for
+    aggregate events and schema-topic rows alike. Row ``i`` has ``_row_idx`` ``i`` and
+    message id ``ids[i]``; all rows share ``produced_us`` and ``context``."""
+    correlation, causation, user, service, ip, tenant = context
+    return [
+        (
+            i,
+            produced_us,
+            aggregate_id,
+            version,
+            type_name,
+            schema_version,
+            ids[i],
+            correlation,
+            causation,
+            user,
+            service,
+            ip,
+            tenant,
+            partition,
+            *fields,
+        )
+        for i, (aggregate_id, version, type_name, schema_version, partition, fields) in enumerate(
+            entries
+        )
+    ]
