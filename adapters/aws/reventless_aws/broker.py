@@ -46,8 +46,8 @@ log = logging.getLogger("reventless.broker.aws")
 class SnsSqsSubscription:
     """Handle returned by ``SnsSqsBroker.subscribe``."""
 
-    def __init__(self, broker: SnsSqsBroker, pump: Pump, member: Member) -> None:
-        self._broker, self._pump, self._member = broker, pump, member
+    def __init__(self, pump: Pump, member: Member) -> None:
+        self._pump, self._member = pump, member
 
     async def close(self) -> None:
         """Leave the group; the last member in this process stops the receive loop (the
@@ -362,7 +362,7 @@ class SnsSqsBroker(QueueOps):
             pump.members.append(member)
             if fresh:
                 pump.start()
-            return SnsSqsSubscription(self, pump, member)
+            return SnsSqsSubscription(pump, member)
 
     async def _receive(self, queue_url: str) -> list[dict[str, Any]]:
         """The ``PumpSession.receive`` of this broker's pumps: one long poll."""

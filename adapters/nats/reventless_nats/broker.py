@@ -61,8 +61,8 @@ _CONSUMER_ALREADY_EXISTS = (10013, 10105, 10148)
 class JetStreamSubscription:
     """Handle returned by ``JetStreamBroker.subscribe``."""
 
-    def __init__(self, broker: JetStreamBroker, joined: list[tuple[Pump, Member]]) -> None:
-        self._broker, self._joined = broker, joined
+    def __init__(self, joined: list[tuple[Pump, Member]]) -> None:
+        self._joined = joined
 
     async def close(self) -> None:
         """Leave the group on every topic; the last member of a (group, topic) stops its
@@ -450,12 +450,12 @@ class JetStreamBroker:
                     if fresh:
                         pump.start()
         except nats.errors.Error as exc:
-            await JetStreamSubscription(self, joined).close()
+            await JetStreamSubscription(joined).close()
             raise BrokerError(f"cannot subscribe {group!r} to {list(topics)}: {exc}") from exc
         except BaseException:
-            await JetStreamSubscription(self, joined).close()
+            await JetStreamSubscription(joined).close()
             raise
-        return JetStreamSubscription(self, joined)
+        return JetStreamSubscription(joined)
 
     async def _prepare(self, group: str, topic: str, part: int | None) -> JetStreamContext:
         """The ``PumpSession.prepare`` of this broker's pumps."""
