@@ -4,29 +4,113 @@ Example::
 
     reventless topics --store sqlite:///shop.db
     reventless tail Order --store sqlite:///shop.db --limit 5
+    reventless tail Order --store sqlite:///shop.db --follow      # until Ctrl-C
     reventless export Order orders.parquet --store sqlite:///shop.db
     reventless dead-letters --store sqlite:///shop.db
-    reventless redrive order_confirmations --app examples.shop.cli:app
+    reventless redrive order_confirmations --app examples.shop.model:app --store sqlite:///shop.db
     reventless serve --store sqlite:///shop.db --tokens-file tokens.json --port 8000
-    reventless rebuild examples.shop.stats:customer_orders --app my.module:app --master local[2]
+    reventless rebuild examples.shop.stats:customer_orders --app examples.shop.model:app
+
+``--app`` and the read model are ``module:attribute`` imported from the current
+directory, as uvicorn and celery do. A user error (a bad argument, an unknown topic, a
+store that cannot be opened, a module that does not import) prints one line to stderr
+and exits 2; nothing is half-written.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
+import inspect
 import json
+import os
+import signal
 import sys
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .codec import META_NAMES
 from .errors import ReventlessError
-from .store import open_admin
+from .store import Database, StoreAdmin, open_admin
+
+if TYPE_CHECKING:
+    from .app import App
+
+#: What ``--app`` names (the help and the README say it in these words).
+FACTORY_RULE = (
+    "--app module:attr names an App or a function returning one; "
+    "with --store URL the function is called as attr(store=URL)"
+)
+#: Rows per read of ``tail --follow``.
+FOLLOW_PAGE = 1000
+#: Seconds ``tail --follow`` waits for a change signal before it reads again: another
+#: process's commits signal on PostgreSQL (NOTIFY), not on SQLite.
+FOLLOW_WAIT = 0.5
+DIALECTS = ("sqlite", "postgresql")
+
+
+class UsageError(ReventlessError):
+    """A command-line argument the command cannot use (printed as one line, exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (no usage block) and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _integer(least: int, what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(
+                f"expected {what} (an integer >= {least}), got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number > 0), got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _integer(0, "a port")(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port (0-65535), got {text!r}")
+    return value
+
+
+def _dialects(text: str) -> tuple[str, ...]:
+    names = tuple(d.strip() for d in text.split(",") if d.strip())
+    unknown = [d for d in names if d not in DIALECTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list of {', '.join(DIALECTS)}, got {text!r}"
+        )
+    return names
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip()) or "error"
 
 
 def _print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -64,25 +148,68 @@ async def cmd_topics(a: argparse.Namespace) -> int:
 
 
 async def cmd_tail(a: argparse.Namespace) -> int:
+    if a.follow and a.limit is not None:
+        raise UsageError("--limit does not go with --follow (which runs until interrupted)")
     async with open_admin(a.store) as admin:
-        schema, rows = await admin.tail(a.topic, a.from_offset, a.limit)
+        if a.follow:
+            return await _follow(admin, a.topic, a.from_offset)
+        schema, rows = await admin.tail(a.topic, a.from_offset or 1, a.limit or 20)
+    _print_rows(schema, rows)
+    return 0
+
+
+def _print_rows(schema: pa.Schema, rows: Sequence[Sequence[Any]]) -> None:
     names = schema.names
     for row in (dict(zip(names, r, strict=True)) for r in rows):
         meta = {k: v for k, v in row.items() if k in META_NAMES and v is not None}
         data = {k: v for k, v in row.items() if k not in META_NAMES and v is not None}
         print(json.dumps({"offset": meta.pop("_offset"), **meta, "data": data}, default=str))
-    return 0
+    sys.stdout.flush()
+
+
+async def _follow(admin: StoreAdmin, topic: str, from_offset: int | None) -> int:
+    """Print ``topic``'s events from ``from_offset`` (default: after the head) as they are
+    committed, until SIGINT or SIGTERM (then return 0)."""
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    assert task is not None
+    stops = (signal.SIGINT, signal.SIGTERM)
+    for sig in stops:
+        with contextlib.suppress(NotImplementedError):  # Windows: Ctrl-C still interrupts
+            loop.add_signal_handler(sig, task.cancel)
+    try:
+        if from_offset is None:
+            heads = {t.name: t.head for t in (await admin.overview()).topics}
+            from_offset = heads.get(topic, 0) + 1  # tail() names an unknown topic below
+        offset = from_offset
+        while True:
+            seen = admin.changes  # before the read: a commit during it is not slept through
+            schema, rows = await admin.tail(topic, offset, FOLLOW_PAGE)
+            if rows:
+                _print_rows(schema, rows)
+                offset = int(rows[-1][schema.names.index("_offset")]) + 1
+            if len(rows) < FOLLOW_PAGE:
+                await admin.wait_for_change(FOLLOW_WAIT, seen)
+    except asyncio.CancelledError:
+        return 0
+    finally:
+        for sig in stops:
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(sig)
 
 
 async def cmd_export(a: argparse.Namespace) -> int:
-    """Export through the typed Arrow schema stored with the topic."""
+    """Export through the typed Arrow schema stored with the topic, into a temporary file
+    beside ``path`` that is renamed when complete (no half-written Parquet file)."""
+    target = _export_target(a.path)
+    partial = target.with_name(f".{target.name}.part")
 
     def write(schema: pa.Schema, pages: Iterator[list[tuple[Any, ...]]]) -> int:
         from .codec import TopicSchema
 
         ts = TopicSchema.from_arrow(a.topic, _fields_only(schema))
         count = 0
-        with pq.ParquetWriter(a.path, ts.arrow_schema) as writer:
+        with pq.ParquetWriter(partial, ts.arrow_schema) as writer:
             for rows in pages:
                 batch = ts.to_arrow(rows)
                 writer.write_batch(batch)
@@ -90,10 +217,23 @@ async def cmd_export(a: argparse.Namespace) -> int:
                 print(f"  exported {count} rows", file=sys.stderr, flush=True)
         return count
 
-    async with open_admin(a.store) as admin:
-        n = await admin.scan(a.topic, a.from_offset, write)
+    try:
+        async with open_admin(a.store) as admin:
+            n = await admin.scan(a.topic, a.from_offset, write)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
     print(f"wrote {n} rows to {a.path}")
     return 0
+
+
+def _export_target(path: str) -> Path:
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{target} is a directory; give the Parquet file's path")
+    if not target.parent.is_dir():
+        raise UsageError(f"no directory {target.parent} for {target.name}")
+    return target
 
 
 def _fields_only(schema: pa.Schema) -> pa.Schema:
@@ -143,30 +283,73 @@ async def _broker_dead_letters(url: str, groups: list[str]) -> list[Any]:
         await broker.close()
 
 
-def _load_app(spec: str) -> Any:
+def _import(spec: str, what: str) -> Any:
+    """``module:attribute``, the module imported with the current directory on the path."""
     module_name, _, attr = spec.partition(":")
-    obj: Any = getattr(importlib.import_module(module_name), attr or "app")
-    return obj() if callable(obj) and not hasattr(obj, "start") else obj
+    if not module_name or not attr:
+        raise UsageError(f"{what} must be module:attribute, got {spec!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"{what} {spec}: cannot import {module_name}: {exc}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise UsageError(f"{what} {spec}: module {module_name} has no {attr!r}") from None
+
+
+def _kind(obj: object) -> str:
+    return f"the class {obj.__name__}" if isinstance(obj, type) else f"a {type(obj).__name__}"
+
+
+def _load_app(spec: str, store: str | None = None) -> App:
+    """The App ``spec`` names, or the one its factory returns (``FACTORY_RULE``)."""
+    from .app import App
+
+    obj = _import(spec, "--app")
+    if isinstance(obj, App):
+        if store is not None:
+            raise UsageError(f"--app {spec} is an App, not a factory: --store needs a factory")
+        return obj
+    if not callable(obj):
+        raise UsageError(f"--app {spec} is {_kind(obj)}, not an App or a factory")
+    kwargs = {} if store is None else {"store": store}
+    try:
+        inspect.signature(obj).bind(**kwargs)
+    except TypeError:
+        wanted = "a store keyword (store=URL)" if store is not None else "no arguments"
+        raise UsageError(f"--app {spec}: the factory must accept {wanted}") from None
+    except ValueError:  # no signature to check (a builtin): the call will tell
+        pass
+    app = obj(**kwargs)
+    if not isinstance(app, App):
+        raise UsageError(f"--app {spec} returned {_kind(app)}, not an App")
+    return app
 
 
 async def cmd_infra(a: argparse.Namespace) -> int:
     """Write the infrastructure derived from the app's declarations (no I/O but files)."""
-    from .synth import synth
+    from .synth import synth, synthesis
 
-    written = synth(
-        _load_app(a.app),
-        a.out,
-        aws_url=None if a.aws_url == "none" else a.aws_url,
-        nats_url=None if a.nats_url == "none" else a.nats_url,
-        dialects=tuple(d for d in a.dialect.split(",") if d),
-    )
+    aws_url = None if a.aws_url == "none" else a.aws_url
+    nats_url = None if a.nats_url == "none" else a.nats_url
+    for url in (aws_url, nats_url):  # a missing adapter fails before any file is written
+        if url is not None:
+            synthesis(url)
+    written = synth(_load_app(a.app), a.out, aws_url=aws_url, nats_url=nats_url, dialects=a.dialect)
     for path in written:
         print(f"wrote {path}")
     return 0
 
 
 async def cmd_redrive(a: argparse.Namespace) -> int:
-    app = _load_app(a.app)
+    app = _load_app(a.app, a.store)
+    if a.component not in app.components:
+        known = ", ".join(app.components) or "none"
+        raise UsageError(f"--app {a.app} collects no {a.component!r} (it collects: {known})")
     async with app:
         report = await app.redrive(a.component, a.aggregate)
     print(f"redriven: {report.redriven}  still parked: {report.still_parked}")
@@ -174,8 +357,13 @@ async def cmd_redrive(a: argparse.Namespace) -> int:
 
 
 def _tokens(path: str) -> dict[str, str | None]:
-    with open(path, encoding="utf-8") as f:
-        tokens = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            tokens = json.load(f)
+    except OSError as exc:
+        raise UsageError(f"--tokens-file {path}: {exc.strerror}") from exc
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise UsageError(f"--tokens-file {path}: not JSON ({exc})") from exc
     if not isinstance(tokens, dict) or not all(
         isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in tokens.items()
     ):
@@ -198,20 +386,18 @@ async def cmd_serve(a: argparse.Namespace) -> int:
     return 0
 
 
-def _load(path: str, what: str) -> Any:
-    module_name, _, attr = path.partition(":")
-    if not attr:
-        raise ReventlessError(f"{what} must be given as module:attribute, got {path!r}")
-    return getattr(importlib.import_module(module_name), attr)
-
-
 async def cmd_rebuild(a: argparse.Namespace) -> int:
     """Rebuild a read model with Spark (needs the extra ``spark``)."""
-    from .spark import rebuild
+    from .collect import ReadModel
 
-    model = _load(a.read_model, "the read model")
-    obj = _load(a.app, "--app")
-    app = obj(**({"store": a.store} if a.store else {})) if callable(obj) else obj
+    model = _import(a.read_model, "the read model")
+    if not isinstance(model, ReadModel):
+        raise UsageError(f"{a.read_model} is {_kind(model)}, not a ReadModel")
+    app = _load_app(a.app, a.store)
+    try:
+        from .spark import rebuild
+    except ImportError as exc:
+        raise UsageError(str(exc)) from exc
     report = await rebuild(
         model,
         app,
@@ -229,58 +415,103 @@ async def cmd_rebuild(a: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``reventless`` console script."""
-    p = argparse.ArgumentParser(prog="reventless", description="Inspect reventless stores.")
-    sub = p.add_subparsers(dest="cmd", required=True)
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="reventless",
+        description="Inspect and operate reventless stores. A user error prints one line "
+        "to stderr and exits 2.",
+        epilog=FACTORY_RULE + ".",
+    )
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, help=help_)
+        sp = sub.add_parser(name, help=help_, description=help_)
         sp.add_argument("--store", default="sqlite:///reventless.db", help="store URL")
         return sp
 
+    def app_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--app", required=True, help=FACTORY_RULE)
+
+    offset = _integer(1, "an offset")
     add("topics", "list topics (head offsets) and collectors (checkpoint, lag)")
     t = add("tail", "print a topic's events as JSON lines")
     t.add_argument("topic")
-    t.add_argument("--from", dest="from_offset", type=int, default=1)
-    t.add_argument("--limit", type=int, default=20)
+    t.add_argument(
+        "--from",
+        dest="from_offset",
+        type=offset,
+        default=None,
+        help="first offset (default 1; with --follow: after the head)",
+    )
+    t.add_argument("--limit", type=_integer(1, "a count"), default=None, help="default 20")
+    t.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing events as they are committed, until Ctrl-C (exit 0)",
+    )
     e = add("export", "export a topic to a Parquet file (typed Arrow schema)")
     e.add_argument("topic")
     e.add_argument("path")
-    e.add_argument("--from", dest="from_offset", type=int, default=1)
+    e.add_argument("--from", dest="from_offset", type=offset, default=1)
     d = add("dead-letters", "list open dead letters")
     d.add_argument("--component")
     d.add_argument("--broker", default=None, help="also list this broker's dead-letter queues")
     r = sub.add_parser("redrive", help="retry a component's dead letters (needs the app)")
     r.add_argument("component")
-    r.add_argument("--app", required=True, help="module:attribute of an App or App factory")
+    app_arg(r)
+    r.add_argument("--store", default=None, help="store URL passed to the --app factory")
     r.add_argument("--aggregate", default=None)
     s = add("serve", "run the HTTP/SSE subscription gateway (extra 'serve')")
     s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--port", type=_port, default=8000)
     s.add_argument("--tokens-file", required=True, help="JSON {token: tenant or null}")
-    s.add_argument("--retention-interval", type=float, default=None, help="seconds")
+    s.add_argument("--retention-interval", type=_seconds, default=None, help="seconds")
     inf = sub.add_parser("infra", help="infrastructure derived from the app's specs")
-    isub = inf.add_subparsers(dest="infra_cmd", required=True)
+    isub = inf.add_subparsers(dest="infra_cmd", required=True, metavar="COMMAND")
     syn = isub.add_parser(
         "synth", help="write a CloudFormation template, JetStream definitions and SQL DDL"
     )
-    syn.add_argument("--app", required=True, help="module:attribute of an App or App factory")
+    app_arg(syn)
     syn.add_argument("--out", default="infra/generated", help="output directory")
     syn.add_argument("--aws-url", default="sns+sqs://us-east-1", help="names ('none': skip)")
     syn.add_argument("--nats-url", default="nats://127.0.0.1:4222", help="names ('none': skip)")
-    syn.add_argument("--dialect", default="sqlite,postgresql", help="SQL dialects of the DDL")
+    syn.add_argument("--dialect", type=_dialects, default=DIALECTS, help="SQL dialects of the DDL")
     b = sub.add_parser("rebuild", help="rebuild a read model from the log with Spark")
     b.add_argument("read_model", help="module:attribute of the ReadModel")
-    b.add_argument("--app", required=True, help="module:attribute of an App or App factory")
-    b.add_argument("--store", default=None, help="store URL passed to an App factory")
+    app_arg(b)
+    b.add_argument("--store", default=None, help="store URL passed to the --app factory")
     b.add_argument("--master", default=None, help="Spark master URL (default local[*])")
-    b.add_argument("--as-of", dest="as_of", type=int, default=None, help="state at this offset")
+    b.add_argument(
+        "--as-of",
+        dest="as_of",
+        type=_integer(1, "an offset"),
+        default=None,
+        help="state at this offset",
+    )
     b.add_argument("--source", default="auto", choices=["auto", "parquet", "jdbc"])
     b.add_argument("--workdir", default=None, help="segments and staging files")
-    a = p.parse_args(argv)
+    return p
+
+
+async def _check_store(url: str) -> None:
+    """Open and close the store at ``url`` (``StoreError`` if it cannot be reached)."""
+    db = Database(url)
+    await db.open()
+    await db.close()
+
+
+async def _serve(a: argparse.Namespace) -> int:
+    await _check_store(a.store)  # a bad URL fails here, not inside uvicorn's start-up
+    return await cmd_serve(a)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``reventless`` console script: the command's exit status (2 and
+    one line on stderr for a user error)."""
+    a = _parser().parse_args(argv)
     handlers = {
-        "serve": cmd_serve,
+        "serve": _serve,
         "infra": cmd_infra,
         "topics": cmd_topics,
         "tail": cmd_tail,
@@ -292,8 +523,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return asyncio.run(handlers[a.cmd](a))
     except ReventlessError as exc:
-        print(f"reventless: {exc}", file=sys.stderr)
+        print(f"reventless: {_one_line(str(exc))}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (| head): not an error
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # a file or a connection the user named
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"reventless: {_one_line(exc.strerror or str(exc))}{where}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

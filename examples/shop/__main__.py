@@ -22,13 +22,13 @@ from sqlalchemy.engine import Connection
 
 import reventless as rv
 from examples.customer.model import Register
-from examples.shop.model import AddStock, PlaceOrder, build
+from examples.shop.model import DEMO_STORE, AddStock, PlaceOrder, build
 from reventless.store import Database
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m examples.shop", description=__doc__)
-    p.add_argument("--store", default="sqlite:///.demo/shop.db", help="store URL")
+    p.add_argument("--store", default=DEMO_STORE, help="store URL")
     p.add_argument("--broker", default="memory://", help="broker URL")
     p.add_argument("--orders", type=int, default=20_000)
     p.add_argument("--customers", type=int, default=1_000)

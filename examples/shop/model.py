@@ -326,6 +326,10 @@ def build(store: str, broker: str = "memory://", *, options: rv.AppOptions | Non
     return shop
 
 
-def app() -> rv.App:
-    """The shop's App with the demo's defaults (for ``reventless infra synth --app``)."""
-    return build("sqlite:///.demo/shop.db").app
+DEMO_STORE = "sqlite:///.demo/shop.db"
+
+
+def app(store: str = DEMO_STORE) -> rv.App:
+    """The shop's App, for the ``reventless`` command's ``--app examples.shop.model:app``
+    (which passes ``--store URL`` as ``store``; the default is ``make demo``'s store)."""
+    return build(store).app

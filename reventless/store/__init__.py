@@ -45,13 +45,13 @@ def require_sql(store: Store, what: str) -> SqlEventStore:
 
 @asynccontextmanager
 async def open_admin(url: str) -> AsyncIterator[StoreAdmin]:
-    """The store at ``url`` as the command-line tool inspects it, open for the block."""
-    db = Database(url)
-    await db.open()
+    """The store at ``url`` as the command-line tool inspects it, open for the block
+    (``StoreError`` when there is no reventless store at ``url``)."""
+    admin = await SqlStoreAdmin.open(url)
     try:
-        yield SqlStoreAdmin(db)
+        yield admin
     finally:
-        await db.close()
+        await admin.close()
 
 
 __all__ = [

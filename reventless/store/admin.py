@@ -4,28 +4,36 @@
 collectors (checkpoint, lag, whether retention overtook them), a topic's events read back
 through the Arrow schema stored with it, and the components that hold checkpoints. Each
 method is one read transaction (a consistent snapshot), as the command always read it.
+``wait_for_change`` is the store's own change signal, so ``reventless tail --follow``
+sleeps between commits instead of polling hard.
 
 Example::
 
-    admin = SqlStoreAdmin(db)                       # an opened Database
-    overview = await admin.overview()
-    schema, rows = await admin.tail("Order", from_offset=1, limit=5)
+    admin = await SqlStoreAdmin.open("sqlite:///shop.db")   # StoreError: no store there
+    try:
+        overview = await admin.overview()
+        schema, rows = await admin.tail("Order", from_offset=1, limit=5)
+    finally:
+        await admin.close()
 """
 
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..errors import StoreError
 from .collector import CollectorStore, SqlCollectorStore
 from .database import Database
 from .retention import collectors_behind_sync
+from .sql import SqlEventStore
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -99,12 +107,58 @@ class StoreAdmin(Protocol):
         """The collectors' checkpoints and dead letters."""
         ...
 
+    @property
+    def changes(self) -> int:
+        """Commits signalled so far (see ``wait_for_change``)."""
+        ...
+
+    async def wait_for_change(self, timeout: float, seen: int) -> bool:
+        """Wait for a commit after ``changes == seen``; False on timeout. Another process's
+        commits wake it where the store can tell (PostgreSQL's NOTIFY); on SQLite only the
+        timeout does, so a follower re-reads after each timeout."""
+        ...
+
+
+def _require_file(db: Database) -> None:
+    path = db.url.database  # opening a missing SQLite file would create it
+    if db.is_sqlite and not db.is_memory and path and not os.path.isfile(path):
+        raise StoreError(f"no store at {path}: the file does not exist")
+
 
 class SqlStoreAdmin:
     """``StoreAdmin`` on the SQL store (SQLite, PostgreSQL)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._events = SqlEventStore(db)  # no I/O: only its change signal is used
+
+    @classmethod
+    async def open(cls, url: str) -> SqlStoreAdmin:
+        """The store at ``url``, opened for inspection. ``StoreError`` (and nothing
+        created) when ``url`` is malformed, the database cannot be reached, a SQLite file
+        does not exist, or the database holds no reventless store."""
+        db = Database(url)
+        _require_file(db)
+        await db.open()
+        try:
+            found = await db.read(lambda conn: sa.inspect(conn).has_table("rv_topics"))
+            if not found:
+                raise StoreError(f"{db.url.render_as_string()} holds no reventless store")
+        except BaseException:
+            await db.close()
+            raise
+        return cls(db)
+
+    async def close(self) -> None:
+        """Close the database."""
+        await self.db.close()
+
+    @property
+    def changes(self) -> int:
+        return self._events.changes
+
+    async def wait_for_change(self, timeout: float, seen: int) -> bool:
+        return await self._events.wait_for_change(timeout, seen)
 
     @property
     def collectors(self) -> CollectorStore:
