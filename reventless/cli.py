@@ -372,17 +372,15 @@ def _tokens(path: str) -> dict[str, str | None]:
 
 
 async def cmd_serve(a: argparse.Namespace) -> int:
-    """Run the HTTP/SSE gateway (extra ``serve``) with uvicorn."""
-    import uvicorn
-
-    from .gateway import GatewayOptions, create_app
+    """Run the HTTP/SSE gateway (extra ``serve``) until SIGTERM or SIGINT."""
+    from .gateway import GatewayOptions, create_app, serve
 
     app = create_app(
         a.store,
         tokens=_tokens(a.tokens_file),
         options=GatewayOptions(retention_interval=a.retention_interval),
     )
-    await uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port)).serve()
+    await serve(app, host=a.host, port=a.port)
     return 0
 
 

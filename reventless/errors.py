@@ -129,6 +129,27 @@ class BadRequestError(SubscriptionError):
     """A malformed argument: a negative or oversized limit, an unknown column..."""
 
 
+class UnauthorizedError(SubscriptionError):
+    """A missing, unknown or expired credential (the gateway answers 401)."""
+
+    status = 401
+    code = "unauthorized"
+
+
+class PayloadTooLargeError(BadRequestError):
+    """A request body beyond the gateway's limit (HTTP 413); it was not read to the end."""
+
+    status = 413
+    code = "payload_too_large"
+
+
+class UnsupportedMediaTypeError(BadRequestError):
+    """A request body that is not JSON (HTTP 415)."""
+
+    status = 415
+    code = "unsupported_media_type"
+
+
 class AckBeyondHeadError(SubscriptionError):
     """An ack names an offset the topic has not reached."""
 

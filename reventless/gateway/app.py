@@ -11,6 +11,8 @@ Endpoints (all but ``/health`` need ``Authorization: Bearer <token>``)::
     DELETE /subscriptions/{id}                close
     GET    /subscriptions/{id}/events         ?from=&limit=&columns=a,b&types=X,Y
     GET    /subscriptions/{id}/stream         SSE; resumes after Last-Event-ID
+                                              (or ?access_token=<stream token>)
+    POST   /subscriptions/{id}/stream-tokens  -> {"token", "expires_at"} (streamtoken.py)
     POST   /subscriptions/{id}/ack            {"offset"}
     POST   /subscriptions/{id}/seek           {"offset"}
     POST   /subscriptions/{id}/pause | /resume
@@ -21,8 +23,10 @@ Endpoints (all but ``/health`` need ``Authorization: Bearer <token>``)::
 
 A token maps to a tenant (it sees only that tenant's subscriptions and events) or to
 ``None`` (an operator token: every tenant). Errors are JSON ``{"error": code, "detail"}``
-with 400 (bad input), 401 (token), 404 (unknown id, or another tenant's), 409 (ack beyond
-the head, lost lease), 410 (resnapshot required).
+with 400 (bad input), 401 (token), 404 (unknown id or route, or another tenant's), 405,
+409 (ack beyond the head, lost lease), 410 (resnapshot required), 413 (body beyond
+``max_body_bytes``), 415 (a body that is not JSON); input is checked before anything is
+stored (``parse.py``). An unexpected failure is logged and answered with a JSON 500.
 """
 
 from __future__ import annotations
@@ -30,18 +34,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import ReventlessError
+from ..errors import ReventlessError, UnauthorizedError
 from ..subscribe import (
     BadRequestError,
     PredicateError,
@@ -50,6 +57,16 @@ from ..subscribe import (
     Subscriptions,
 )
 from . import sse
+from .parse import (
+    check_fields,
+    check_length,
+    json_body,
+    json_int,
+    last_event_id,
+    query_int,
+    query_list,
+)
+from .streamtoken import StreamTokens
 
 log = logging.getLogger("reventless.gateway")
 Handler = Callable[[Request, str | None], Awaitable[Response]]
@@ -60,8 +77,11 @@ class GatewayOptions:
     """``poll_interval``: seconds between store polls of an idle stream (PostgreSQL wakes
     streams at once through LISTEN/NOTIFY); ``keepalive``: seconds between comment lines on
     an idle stream; ``stream_batch``: events per store read of a stream;
-    ``backpressure_lag``: backlog above which a stream emits ``backpressure`` events;
-    ``retention_interval``: seconds between retention runs (None: never)."""
+    ``backpressure_lag``: lag above which a stream emits ``backpressure`` frames (the rule
+    is in ``sse.py``); ``retention_interval``: seconds between retention runs (None:
+    never); ``max_body_bytes``: the largest request body (413 beyond it);
+    ``stream_token_ttl``: seconds a stream token stays valid; ``cors_origins``: browser
+    origins allowed to call the gateway (``("*",)``: any), none by default."""
 
     poll_interval: float = 0.25
     keepalive: float = 15.0
@@ -69,6 +89,13 @@ class GatewayOptions:
     backpressure_lag: int = 10_000
     max_limit: int = 10_000
     retention_interval: float | None = None
+    max_body_bytes: int = 1 << 20
+    stream_token_ttl: float = 300.0
+    cors_origins: tuple[str, ...] = ()
+
+
+#: Subscription ids a client may choose: URL-safe, at most 64 characters.
+_ID = re.compile(r"[A-Za-z0-9._~-]{1,64}")
 
 
 def _error(status: int, code: str, detail: str) -> JSONResponse:
@@ -76,19 +103,43 @@ def _error(status: int, code: str, detail: str) -> JSONResponse:
 
 
 class _Waker:
-    """Streams wait here for a commit (PostgreSQL NOTIFY) or the poll interval."""
+    """Streams wait here for a commit (PostgreSQL NOTIFY), the poll interval or the
+    gateway's shutdown (``close``)."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self.closed = False
 
     def notify(self, _payload: str = "") -> None:
         self._event.set()
         self._event = asyncio.Event()
 
+    def close(self) -> None:
+        self.closed = True
+        self.notify()
+
+    def is_closed(self) -> bool:
+        return self.closed
+
     async def wait(self, timeout: float) -> None:
+        if self.closed:
+            return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):  # not wait_for: 3.11's can eat a cancel
                 await self._event.wait()
+
+
+class Gateway(Starlette):
+    """The gateway's ASGI app (built by ``create_app``)."""
+
+    def __init__(self, waker: _Waker, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._waker = waker
+
+    def close_streams(self) -> None:
+        """End every open SSE stream with a ``closed`` frame (reason ``shutdown``), now and
+        for streams opened later; ``serve`` calls it when the server stops."""
+        self._waker.close()
 
 
 def create_app(
@@ -96,10 +147,11 @@ def create_app(
     *,
     tokens: Mapping[str, str | None],
     options: GatewayOptions | None = None,
-) -> Starlette:
+) -> Gateway:
     """The gateway for the store at ``store`` (a URL, or open ``Subscriptions``).
 
-    ``tokens`` maps each bearer token to its tenant (``None``: every tenant).
+    ``tokens`` maps each bearer token (at least 8 characters) to its tenant (``None``:
+    every tenant).
     """
     if not tokens or any(not isinstance(t, str) or len(t) < 8 for t in tokens):
         raise ReventlessError("the gateway needs bearer tokens of at least 8 characters")
@@ -110,6 +162,8 @@ def create_app(
     )
     waker = _Waker()
     token_list = [(t.encode(), tenant) for t, tenant in tokens.items()]
+    stream_tokens = StreamTokens.derived(tokens, ttl=opts.stream_token_ttl)
+    max_body = opts.max_body_bytes
 
     def tenant_of(request: Request) -> tuple[bool, str | None]:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
@@ -121,49 +175,34 @@ def create_app(
                 found = (True, tenant)
         return found
 
-    def endpoint(fn: Handler) -> Callable[[Request], Awaitable[Response]]:
+    def endpoint(
+        fn: Handler, *, stream_token: bool = False
+    ) -> Callable[[Request], Awaitable[Response]]:
         async def wrapped(request: Request) -> Response:
-            ok, tenant = tenant_of(request)
-            if not ok:
-                resp = _error(401, "unauthorized", "a valid bearer token is required")
-                resp.headers["WWW-Authenticate"] = "Bearer"
-                return resp
             try:
+                check_length(request, max_body)  # 413 before reading, before anything else
+                given = request.query_params.get("access_token") if stream_token else None
+                if given is not None:
+                    tenant = stream_tokens.check(given, request.path_params["id"])
+                else:
+                    ok, tenant = tenant_of(request)
+                    if not ok:
+                        raise UnauthorizedError("a valid bearer token is required")
                 return await fn(request, tenant)
             except PredicateError as exc:
                 return _error(400, "bad_predicate", str(exc))
             except SubscriptionError as exc:
-                return _error(exc.status, exc.code, str(exc))
+                resp = _error(exc.status, exc.code, str(exc))
+                if isinstance(exc, UnauthorizedError):
+                    resp.headers["WWW-Authenticate"] = "Bearer"
+                return resp
 
         return wrapped
 
-    async def body(request: Request) -> dict[str, Any]:
-        try:
-            data = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise BadRequestError("the body must be a JSON object") from None
-        if not isinstance(data, dict):
-            raise BadRequestError("the body must be a JSON object")
+    async def body(request: Request, *fields: str, optional: bool = False) -> dict[str, Any]:
+        data = await json_body(request, max_bytes=max_body, optional=optional)
+        check_fields(data, set(fields))
         return data
-
-    def q_int(request: Request, name: str, default: int | None) -> int | None:
-        raw = request.query_params.get(name)
-        if raw is None:
-            return default
-        try:
-            return int(raw)
-        except ValueError:
-            raise BadRequestError(f"{name} must be an integer, got {raw!r}") from None
-
-    def q_list(request: Request, name: str) -> list[str] | None:
-        raw = request.query_params.get(name)
-        return None if raw is None else [x.strip() for x in raw.split(",") if x.strip()]
-
-    def j_int(data: Mapping[str, Any], name: str) -> int:
-        v = data.get(name)
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise BadRequestError(f"{name} must be an integer")
-        return v
 
     async def status_json(sub_id: str, tenant: str | None) -> dict[str, Any]:
         return (await subs.status(sub_id, tenant=tenant)).as_json()
@@ -184,10 +223,7 @@ def create_app(
         )
 
     async def create(request: Request, tenant: str | None) -> Response:
-        data = await body(request)
-        unknown = set(data) - {"topic", "where", "columns", "types", "from", "id"}
-        if unknown:
-            raise BadRequestError(f"unknown fields {sorted(unknown)}")
+        data = await body(request, "topic", "where", "columns", "types", "from", "id")
         topic = data.get("topic")
         if not isinstance(topic, str):
             raise BadRequestError("topic (a string) is required")
@@ -199,6 +235,11 @@ def create_app(
             if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
                 raise BadRequestError(f"{name} must be a list of strings")
         start = data.get("from", 1)
+        if start != "latest":  # "latest" or an offset
+            start = json_int({"from": start}, "from", low=1)
+        sub_id = data.get("id")
+        if sub_id is not None and not (isinstance(sub_id, str) and _ID.fullmatch(sub_id)):
+            raise BadRequestError("id must be 1..64 characters of A-Z a-z 0-9 . _ ~ -")
         sub = await subs.create(
             topic,
             where=where,
@@ -206,7 +247,7 @@ def create_app(
             types=data.get("types"),
             tenant=tenant,
             from_offset=start,
-            id=data.get("id") if isinstance(data.get("id"), str) else None,
+            id=sub_id,
         )
         return JSONResponse(await status_json(sub.id, tenant), status_code=201)
 
@@ -223,21 +264,21 @@ def create_app(
     async def events(request: Request, tenant: str | None) -> Response:
         page = await subs.poll(
             request.path_params["id"],
-            from_offset=q_int(request, "from", None),
-            limit=q_int(request, "limit", 100) or 0,
+            from_offset=query_int(request, "from", None, low=1),
+            limit=query_int(request, "limit", 100, low=1, high=subs.max_limit) or 0,
             tenant=tenant,
-            columns=q_list(request, "columns"),
-            types=q_list(request, "types"),
+            columns=query_list(request, "columns"),
+            types=query_list(request, "types"),
         )
         return JSONResponse(page.as_json())
 
     async def ack(request: Request, tenant: str | None) -> Response:
-        offset = j_int(await body(request), "offset")
+        offset = json_int(await body(request, "offset"), "offset", low=0)
         acked = await subs.ack(request.path_params["id"], offset, tenant=tenant)
         return JSONResponse({"acked": acked})
 
     async def seek(request: Request, tenant: str | None) -> Response:
-        offset = j_int(await body(request), "offset")
+        offset = json_int(await body(request, "offset"), "offset", low=0)
         acked = await subs.seek(request.path_params["id"], offset, tenant=tenant)
         return JSONResponse({"acked": acked})
 
@@ -252,14 +293,11 @@ def create_app(
     async def stream(request: Request, tenant: str | None) -> Response:
         sub_id = request.path_params["id"]
         sub = await subs.get(sub_id, tenant=tenant)  # 404 before the stream starts
-        last = request.headers.get("last-event-id")
-        if last is not None:
-            if not last.strip().isdigit():
-                raise BadRequestError(f"Last-Event-ID must be an offset, got {last!r}")
-            start = int(last) + 1
-        else:
-            start = q_int(request, "from", None) or sub.acked + 1
-        columns, types = q_list(request, "columns"), q_list(request, "types")
+        last = last_event_id(request)
+        start = query_int(request, "from", None, low=1) if last is None else last + 1
+        if start is None:
+            start = sub.acked + 1
+        columns, types = query_list(request, "columns"), query_list(request, "types")
         subs.check_columns(await subs.topic(sub.topic), columns)
         # a first poll validates everything else (and may say resnapshot) before the 200
         await subs.poll(
@@ -277,6 +315,7 @@ def create_app(
             poll_interval=opts.poll_interval,
             keepalive=opts.keepalive,
             backpressure_lag=opts.backpressure_lag,
+            stopped=waker.is_closed,
         )
         return StreamingResponse(
             frames,
@@ -284,8 +323,14 @@ def create_app(
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    async def mint_stream_token(request: Request, tenant: str | None) -> Response:
+        await body(request, optional=True)  # no fields: refuse what it does not take
+        sub = await subs.get(request.path_params["id"], tenant=tenant)  # 404 for others
+        token, expires_at = stream_tokens.mint(sub.id, tenant)
+        return JSONResponse({"token": token, "expires_at": expires_at}, status_code=201)
+
     async def heartbeat(request: Request, tenant: str | None) -> Response:
-        data = await body(request) if await request.body() else {}
+        data = await body(request, "ttl", optional=True)
         ttl = data.get("ttl", 10.0)
         if not isinstance(ttl, int | float) or isinstance(ttl, bool):
             raise BadRequestError("ttl must be a number of seconds")
@@ -298,17 +343,20 @@ def create_app(
         member = subs.member(
             request.path_params["id"], request.path_params["worker"], tenant=tenant
         )
-        page = await member.poll(limit=q_int(request, "limit", 100) or 0)
+        page = await member.poll(
+            limit=query_int(request, "limit", 100, low=1, high=subs.max_limit) or 0
+        )
         return JSONResponse(page.as_json())
 
     async def member_ack(request: Request, tenant: str | None) -> Response:
-        data = await body(request)
+        data = await body(request, "partition", "offset", "epoch")
+        partition, offset, epoch = (
+            json_int(data, n, low=0) for n in ("partition", "offset", "epoch")
+        )
         member = subs.member(
             request.path_params["id"], request.path_params["worker"], tenant=tenant
         )
-        acked = await member.ack(
-            j_int(data, "partition"), j_int(data, "offset"), j_int(data, "epoch")
-        )
+        acked = await member.ack(partition, offset, epoch)
         return JSONResponse({"acked": acked})
 
     async def member_leave(request: Request, tenant: str | None) -> Response:
@@ -346,7 +394,8 @@ def create_app(
         Route(sub, endpoint(status), methods=["GET"]),
         Route(sub, endpoint(close), methods=["DELETE"]),
         Route(sub + "/events", endpoint(events)),
-        Route(sub + "/stream", endpoint(stream)),
+        Route(sub + "/stream", endpoint(stream, stream_token=True)),
+        Route(sub + "/stream-tokens", endpoint(mint_stream_token), methods=["POST"]),
         Route(sub + "/ack", endpoint(ack), methods=["POST"]),
         Route(sub + "/seek", endpoint(seek), methods=["POST"]),
         Route(sub + "/pause", endpoint(pause), methods=["POST"]),
@@ -356,7 +405,38 @@ def create_app(
         Route(member_path + "/ack", endpoint(member_ack), methods=["POST"]),
         Route(member_path, endpoint(member_leave), methods=["DELETE"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    middleware = []
+    if opts.cors_origins:
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(opts.cors_origins),
+                allow_methods=["GET", "POST", "DELETE"],
+                allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+            )
+        )
+    return Gateway(
+        waker,
+        routes=routes,
+        lifespan=lifespan,
+        middleware=middleware,
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+    )
+
+
+async def _http_error(_: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no route, wrong method) in the gateway's JSON format."""
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
+    return JSONResponse(
+        {"error": code, "detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
+    )
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """The last resort: a bug answered as JSON (and logged with its traceback)."""
+    log.error("%s %s failed: %r", request.method, request.url.path, exc)
+    return _error(500, "internal", "the gateway failed; the error is logged")
 
 
 async def _retention_loop(retention: Retention, interval: float, waker: _Waker) -> None:

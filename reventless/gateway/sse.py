@@ -3,10 +3,17 @@
 Each event is sent as ``id: <offset>`` / ``event: event`` / ``data: <json>``, so a client
 that reconnects with ``Last-Event-ID`` resumes right after the last event it received
 (nothing lost, nothing twice). Control events carry no id (they do not move the client's
-position): ``paused`` / ``resumed``, ``backpressure`` (the backlog is above the
-threshold: the client is slower than the topic), ``resnapshot`` (the cursor fell behind the
-retained horizon; the stream ends) and ``closed``. A comment line keeps idle connections
-open.
+position): ``paused`` / ``resumed``; ``backpressure``; ``resnapshot`` (the cursor fell
+behind the retained horizon; the stream ends) and ``closed`` (``reason``: ``closed``, the
+subscription was closed, or ``shutdown``, the gateway is stopping: reconnect). A comment
+line keeps idle connections open.
+
+The backpressure rule: the stream's lag is the head minus its position (the offset before
+the next one it reads: ``Last-Event-ID``/``from`` - 1 when it opens, then the end of each
+page sent). It is checked when the stream opens, before any event, and after each page;
+whenever it exceeds ``backpressure_lag`` a ``backpressure`` frame
+``{"backlog": lag, "head": head}`` follows. Offsets count every event of the topic, also
+those a predicate, type filter or tenant skips.
 """
 
 from __future__ import annotations
@@ -39,11 +46,16 @@ async def stream(
     poll_interval: float,
     keepalive: float,
     backpressure_lag: int,
+    stopped: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[str]:
-    """Frames from offset ``start`` on, until the subscription closes or the client leaves."""
-    cursor, paused, quiet_since = start, False, time.monotonic()
+    """Frames from offset ``start`` on, until the subscription closes, the client leaves
+    or ``stopped()`` (the gateway shuts down; checked after every page and wait)."""
+    cursor, paused, quiet_since, opening = start, False, time.monotonic(), True
     yield "retry: 1000\n\n"
     while True:
+        if stopped():
+            yield frame({"id": sub_id, "reason": "shutdown"}, event="closed")
+            return
         try:
             page = await subs.poll(
                 sub_id, from_offset=cursor, limit=batch, tenant=tenant, columns=columns, types=types
@@ -55,8 +67,13 @@ async def stream(
             )
             return
         except SubscriptionNotFoundError:
-            yield frame({"id": sub_id}, event="closed")
+            yield frame({"id": sub_id, "reason": "closed"}, event="closed")
             return
+        if opening and page.head - (cursor - 1) > backpressure_lag:
+            yield frame(
+                {"backlog": page.head - (cursor - 1), "head": page.head}, event="backpressure"
+            )
+        opening = False
         if page.state == "paused":
             if not paused:
                 yield frame({"lag": page.lag, "head": page.head}, event="paused")

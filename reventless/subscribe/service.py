@@ -48,6 +48,12 @@ __all__ = ["ADMIN", "Page", "State", "Status", "Subscription", "Subscriptions"]
 
 #: The scope of a caller: a tenant, or ``ADMIN`` (every tenant; the in-process default).
 ADMIN: None = None
+#: The largest offset the store holds (a signed 64-bit BIGINT).
+MAX_OFFSET = 2**63 - 1
+
+
+def _is_offset(v: object, low: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v <= MAX_OFFSET
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +187,10 @@ class Subscriptions:
         self.check_columns(info, columns)
         if types is not None and (not types or not all(isinstance(t, str) for t in types)):
             raise BadRequestError("types must be a non-empty list of event type names")
-        if from_offset != "latest" and (not isinstance(from_offset, int) or from_offset < 1):
-            raise BadRequestError(f"from_offset must be >= 1 or 'latest', got {from_offset!r}")
+        if from_offset != "latest" and not _is_offset(from_offset, 1):
+            raise BadRequestError(
+                f"from_offset must be 1..{MAX_OFFSET} or 'latest', got {from_offset!r}"
+            )
         sub_id = id or uuid.uuid4().hex
         if len(sub_id) > 64:
             raise BadRequestError("subscription ids have at most 64 characters")
@@ -264,8 +272,8 @@ class Subscriptions:
         Raises ``ResnapshotRequiredError`` when retention deleted events the cursor needs.
         """
         self.check_limit(limit)
-        if from_offset is not None and (not isinstance(from_offset, int) or from_offset < 1):
-            raise BadRequestError(f"from must be >= 1, got {from_offset!r}")
+        if from_offset is not None and not _is_offset(from_offset, 1):
+            raise BadRequestError(f"from must be 1..{MAX_OFFSET}, got {from_offset!r}")
         sub = await self.get(sub_id, tenant=tenant)
         info = await self.topic(sub.topic)
         self.check_columns(info, columns)
@@ -295,8 +303,8 @@ class Subscriptions:
         return await self._move(sub_id, offset, tenant, seek=True)
 
     async def _move(self, sub_id: str, offset: int, tenant: str | None, *, seek: bool) -> int:
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise BadRequestError(f"offset must be an integer >= 0, got {offset!r}")
+        if not _is_offset(offset, 0):
+            raise BadRequestError(f"offset must be an integer 0..{MAX_OFFSET}, got {offset!r}")
         await self.topic((await self.get(sub_id, tenant=tenant)).topic)
         return await self.store.move(sub_id, tenant, offset, seek=seek, topics=self._topics)
 

@@ -1,4 +1,4 @@
-"""A real gateway: uvicorn serving ``create_app`` on a free loopback port."""
+"""A real gateway: ``GatewayServer`` (uvicorn) serving ``create_app`` on a loopback port."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 import uvicorn
 
-from reventless.gateway import GatewayOptions, create_app
+from reventless.gateway import GatewayOptions, GatewayServer, create_app
 from tests.subscribe.conftest import db_url  # noqa: F401  (fixture)
 
 TOKENS: Mapping[str, str | None] = {
@@ -20,14 +21,16 @@ TOKENS: Mapping[str, str | None] = {
 
 
 @asynccontextmanager
-async def serve(url: str, **options: float) -> AsyncIterator[str]:
-    """Run the gateway for ``url`` until the block ends; yields its base URL."""
-    app = create_app(url, tokens=TOKENS, options=GatewayOptions(poll_interval=0.05, **options))  # type: ignore[arg-type]
+async def serve(url: str, *, port: int = 0, **options: Any) -> AsyncIterator[str]:
+    """Run the gateway for ``url`` until the block ends (on ``port``, 0: a free one);
+    yields its base URL. Open streams end with a ``closed`` frame when it stops."""
+    app = create_app(url, tokens=TOKENS, options=GatewayOptions(poll_interval=0.05, **options))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    server = GatewayServer(app, config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:

@@ -1,0 +1,75 @@
+"""Serving the gateway with uvicorn, and stopping it cleanly.
+
+uvicorn alone waits for every response to finish before it stops, and an SSE stream never
+finishes: one connected client keeps the server up forever. ``GatewayServer`` first
+closes the gateway's streams (each ends with a ``closed`` frame, reason ``shutdown``, so
+clients reconnect elsewhere or later), then lets uvicorn finish the other requests; what
+is still running after ``grace`` seconds is cancelled. SIGTERM and SIGINT stop it, and the
+process exits normally (``reventless serve`` returns 0) instead of re-raising the signal.
+
+Example::
+
+    app = create_app("sqlite:///shop.db", tokens={"s3cret-acme": "acme"})
+    await serve(app, host="127.0.0.1", port=8000)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+from collections.abc import Generator
+
+import uvicorn
+
+from .app import Gateway
+
+
+class GatewayServer(uvicorn.Server):
+    """A uvicorn server that closes the gateway's streams when it stops."""
+
+    def __init__(self, app: Gateway, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.gateway = app
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """SIGTERM/SIGINT stop the server (a second SIGINT forces it); the previous handlers
+        come back afterwards and the signal is not raised again."""
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGINT, signal.SIGTERM)
+        try:
+            before = {sig: signal.getsignal(sig) for sig in signals}
+            for sig in signals:
+                loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        except (NotImplementedError, RuntimeError, ValueError):  # no signals in this thread
+            yield
+            return
+        try:
+            yield
+        finally:
+            for sig, handler in before.items():
+                loop.remove_signal_handler(sig)
+                if handler is not None:  # None: set outside Python, left as it is
+                    signal.signal(sig, handler)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Close the streams first, so the connections they hold can finish."""
+        self.gateway.close_streams()
+        await super().shutdown(sockets)
+
+
+async def serve(
+    app: Gateway,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    grace: int = 5,
+    log_level: str = "info",
+) -> None:
+    """Serve ``app`` on ``host:port`` until SIGTERM or SIGINT; returns once it stopped."""
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=grace
+    )
+    await GatewayServer(app, config).serve()
