@@ -1,29 +1,16 @@
 """The topics of a store as a subscription reader sees them (read from ``rv_topics`` by
 ``reventless.store.catalog``, so the gateway needs no application code: schemas are
-stored with the topics), and stored rows turned into JSON-ready events."""
+stored with the topics), and stored rows turned into the JSON of events (``encode.py``)."""
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
-from decimal import Decimal
 from typing import Any
 
 from ..codec import META_NAMES
-from ..predicate import COLUMN_ALIASES
 from ..store.catalog import StoredTopic
-
-#: Stored metadata column -> the name it has in a subscription's JSON events.
-EVENT_NAMES: dict[str, str] = {
-    "_offset": "offset",
-    "_type": "type",
-    "_aggregate_id": "key",
-    **{c: a for a, c in COLUMN_ALIASES.items() if a not in ("key", "aggregate_id", "type")},
-}
-_HIDDEN = {"_row_idx"}
+from .encode import EVENT_NAMES, EncodedEvents, encode_events
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,49 +36,10 @@ def topic_infos(stored: Mapping[str, StoredTopic]) -> dict[str, TopicInfo]:
     return {name: TopicInfo.of(t) for name, t in stored.items()}
 
 
-def to_json_value(v: Any) -> Any:
-    """A JSON-compatible form of a decoded Arrow value."""
-    if isinstance(v, datetime | date | time):
-        return v.isoformat()
-    if isinstance(v, timedelta):
-        return (v.days * 86_400 + v.seconds) * 1_000_000 + v.microseconds
-    if isinstance(v, Decimal):
-        return str(v)
-    if isinstance(v, bytes):
-        return base64.b64encode(v).decode()
-    if isinstance(v, list):
-        return [to_json_value(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): to_json_value(x) for k, x in v.items()}
-    return v
-
-
 def events_of(
     info: TopicInfo, rows: Sequence[Sequence[Any]], columns: Sequence[str] | None
-) -> list[dict[str, Any]]:
-    """Stored rows -> JSON-ready events ``{"offset", "type", "key", ..., "data": {...}}``,
-    projected to ``columns`` (user-facing names; ``offset`` is always kept)."""
-    if not rows:
-        return []
-    decoded = info.schema.to_arrow([tuple(r) for r in rows]).to_pylist()
-    json_cols = {c.name for c in info.schema.columns if c.sql_kind == "json"}
-    fields = [c.name for c in info.schema.columns]
-    keep = None if columns is None else set(columns) | {"offset"}
-    out = []
-    for d in decoded:
-        ev: dict[str, Any] = {}
-        for stored, name in EVENT_NAMES.items():
-            if stored not in _HIDDEN and (keep is None or name in keep):
-                ev[name] = to_json_value(d[stored])
-        data = {}
-        for f in fields:
-            if keep is not None and f not in keep:
-                continue
-            v = d[f]
-            if f in json_cols and isinstance(v, str):
-                v = json.loads(v)
-            data[f] = to_json_value(v)
-        if data or keep is None:
-            ev["data"] = data
-        out.append(ev)
-    return out
+) -> EncodedEvents:
+    """Stored rows -> events ``{"offset", "type", "key", ..., "data": {...}}`` as JSON,
+    projected to ``columns`` (user-facing names; ``offset`` is always kept); see
+    ``encode.py``."""
+    return encode_events(info.schema, rows, columns)
