@@ -17,6 +17,9 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
+import socket
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
@@ -34,11 +37,11 @@ from .collect.kinds import MapperCollector, ReadModelCollector, SideEffectCollec
 from .collect.options import CollectorOptions
 from .deadletter import DeadLetter, RedriveReport
 from .decode import retired_models
-from .errors import ReventlessError, SpecError
+from .errors import MetadataError, ReventlessError, SpecError
 from .eventlog import EventLog, LogOptions
 from .handle import CollectorHandle, Projection
 from .relay import Relay
-from .spec import Aggregate
+from .spec import Aggregate, Metadata
 from .store import ReadModelStore, Store, StoreOptions, open_store
 from .topic import Topic
 from .topicdef import TopicDef, TopicKind
@@ -84,12 +87,46 @@ def _freeze_once() -> None:
         gc.freeze()
 
 
+def default_service() -> str | None:
+    """The ``_service`` of events when ``App(service=...)`` is not given.
+
+    The ``REVENTLESS_SERVICE`` environment variable, else the main program's name
+    (``python -m shop.api`` -> ``shop.api``, ``python worker.py`` -> ``worker``), else the
+    host name: a deployment names its service without code, processes sharing a store in
+    development are told apart by program, and an event always says where it came from.
+    A name that is not valid metadata (empty, too long, not printable) is passed over.
+
+    Example::
+
+        os.environ["REVENTLESS_SERVICE"] = "billing"
+        assert rv.App(store="sqlite://").service == "billing"
+    """
+    main = sys.modules.get("__main__")
+    spec = None if main is None else main.__spec__
+    argv0 = sys.argv[0] if sys.argv else ""
+    candidates = (
+        os.environ.get("REVENTLESS_SERVICE"),
+        spec.name.removesuffix(".__main__") if spec is not None else None,
+        os.path.splitext(os.path.basename(argv0))[0] if argv0 not in ("", "-c", "-m") else None,
+        socket.gethostname(),
+    )
+    for name in candidates:
+        if name:
+            try:
+                return Metadata(service=name).service
+            except MetadataError:
+                continue
+    return None
+
+
 class App:
     """Declare logs, topics and collectors; ``async with app`` builds and runs them.
 
     ``store`` is a SQLAlchemy URL (``sqlite:///file.db`` default, ``sqlite://`` in
     memory, ``postgresql+psycopg://...``); ``broker`` is ``memory://`` (default),
-    ``nats://...`` or ``sns+sqs://...`` (extras), or a Broker instance.
+    ``nats://...`` or ``sns+sqs://...`` (extras), or a Broker instance. ``service`` is
+    the ``_service`` every event carries unless its metadata names one; without it,
+    ``default_service()`` (``REVENTLESS_SERVICE``, else the program's name, else the host).
     """
 
     def __init__(
@@ -101,7 +138,8 @@ class App:
         options: AppOptions | None = None,
     ) -> None:
         self.options = options or AppOptions()
-        self.service = service
+        # an invalid name fails here, not on the first append
+        self.service = default_service() if service is None else Metadata(service=service).service
         self.store: Store = open_store(store, self.options.store)
         self.broker: Broker = open_broker(broker) if isinstance(broker, str) else broker
         self._topics: dict[str, Topic] = {}

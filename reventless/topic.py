@@ -14,7 +14,7 @@ Example::
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,29 +119,45 @@ class Topic:
 
     async def publish(
         self,
-        data: pa.Table | pa.RecordBatch | Sequence[BaseModel],
+        data: pa.Table | pa.RecordBatch | Sequence[BaseModel] | Sequence[Mapping[str, Any]],
         *,
         meta: Metadata | None = None,
     ) -> AppendResult:
         """Append rows to a schema topic in one transaction (all or nothing).
 
-        ``data`` is an Arrow table/batch with the topic's field columns, or a list of
-        the topic's pydantic model. A mismatch raises ``SchemaMismatchError`` and a
-        wrong tenant ``TenantError``; nothing lands in either case.
+        ``data`` is an Arrow table or record batch with exactly the topic's field columns
+        (any order, matched by name; the casts that are safe are listed in
+        ``TopicSchema.from_arrow_rows``: int32 into int64, large_string or dictionary-encoded
+        strings into string, ...), or a list of the topic's model (a model topic; instances
+        of exactly that class), or a list of dicts with exactly the field names (an
+        Arrow-schema topic). A missing, extra or mistyped column, a null in a NOT NULL
+        column or an object of another type raises ``SchemaMismatchError``.
+
+        A topic pinned to a tenant belongs to it: a publish without ``meta.tenant`` is
+        stamped with it, another tenant raises ``TenantError``. ``_service`` is
+        ``meta.service``, else the App's service. Nothing lands when anything is raised.
+
+        Returns the offsets the rows got, ``first_offset..last_offset`` (offsets start at 1).
+        Publishing no rows appends nothing and returns the empty range at the current head:
+        ``first_offset == head + 1`` and ``last_offset == head``.
+
+        Example::
+
+            res = await topic.publish(pa.table({"op": ["c"], "ts_ms": [1]}, schema=schema))
+            assert res.last_offset - res.first_offset + 1 == 1
         """
         if self.definition.kind == "aggregate":
             raise StoreError(f"{self.name!r} is an aggregate topic: use EventLog.execute/append")
         meta = meta or _EMPTY_META
         tenant = self._check_tenant(meta.tenant)
-        if isinstance(data, pa.Table | pa.RecordBatch):
-            fields = self.schema.from_arrow_rows(data, with_meta=False)
-        else:
-            encode = self.schema.encoder(next(iter(self.schema.event_types), ""))
-            fields = [encode(m) for m in data]
+        fields = self.schema.encode_rows(data)
+        if not fields:
+            head = await self.head()
+            return AppendResult(self.name, head + 1, head)
         type_name = next(iter(self.schema.event_types), self.name)
         key = self.definition.key
         key_idx = [c.name for c in self.schema.columns].index(key) if key else None
-        keys = [None if key_idx is None else str(f[key_idx]) for f in fields]
+        keys = [None if key_idx is None or f[key_idx] is None else str(f[key_idx]) for f in fields]
         parts = self.definition.partitions
         context = (
             meta.correlation_id,
@@ -160,6 +176,4 @@ class Topic:
                 for k, f in zip(keys, fields, strict=True)
             ),
         )
-        if not rows:
-            return AppendResult(self.name, 0, -1)
         return await self.store.append(AppendRequest(self.name, rows))

@@ -282,12 +282,66 @@ def _col_codec(t: Any, kind: SqlKind) -> _ColCodec:
     return _ColCodec(lambda vs: leaf.to_arrow(vs, t), leaf.from_arrow, leaf.enc, leaf.dec)
 
 
+def _fits(src: Any, dst: Any) -> bool:
+    """Whether values of type ``src`` go into a column of type ``dst`` as the same kind of
+    value: the same family (nested types child by child, struct fields by name and the same
+    names), an int into a float, a float into one at least as wide, dictionary-encoded
+    values by their value type. Arrow's cast would also parse text into numbers, add or drop
+    struct fields and round floats silently; none of that is a match."""
+    T = pa.types
+    if T.is_dictionary(src):
+        src = src.value_type
+    if T.is_null(src) or src.equals(dst):
+        return True
+    if T.is_struct(dst):
+        if not T.is_struct(src):
+            return False
+        have, want = ({f.name: f.type for f in _fields(t)} for t in (src, dst))
+        same = len(have) == src.num_fields and have.keys() == want.keys()
+        return same and all(_fits(have[n], want[n]) for n in want)
+    if T.is_map(dst):
+        return bool(
+            T.is_map(src)
+            and _fits(src.key_type, dst.key_type)
+            and _fits(src.item_type, dst.item_type)
+        )
+    if _is_list(dst):
+        return _is_list(src) and _fits(src.value_type, dst.value_type)
+    have_f, want_f = _family(src), _family(dst)
+    if want_f == "float":
+        return have_f == "int" or (have_f == "float" and src.bit_width <= dst.bit_width)
+    return have_f == want_f and have_f in _LEAVES
+
+
 def _cast_safely(arr: Any, target: Any, where: str) -> Any:
-    # Arrow's safe cast still parses strings into numbers: require the same family first
-    src, dst = _family(arr.type), _family(target)
-    if not (pa.types.is_null(arr.type) or src == dst or (src, dst) == ("int", "float")):
+    """``arr`` cast to ``target`` when its type ``_fits``, every value checked by Arrow (an
+    int64 into int32, nanoseconds into microseconds, a wider decimal: only if nothing is lost)."""
+    if not _fits(arr.type, target):
         raise SchemaMismatchError(f"{where}: has type {arr.type}, expected {target}")
     try:
         return arr.cast(target, safe=True)
     except _ARROW_ERRORS as exc:
         raise SchemaMismatchError(f"{where}: cannot cast {arr.type} to {target}: {exc}") from exc
+
+
+def _nested_null(arr: Any, t: Any) -> str | None:
+    """The first NOT NULL nested field (list item, map value, struct field) of ``arr`` that
+    holds a null, as a path (``.element``); None when there is none. Arrow keeps these
+    nulls (a list's item nullability is not checked), the row's decoder would not."""
+    if isinstance(arr, pa.ChunkedArray):
+        return next(filter(None, (_nested_null(c, t) for c in arr.chunks)), None)
+    T = pa.types
+    kids: list[tuple[Any, Any, int]] = []  # (field, values, nulls allowed by the parent)
+    if T.is_map(t):
+        kids = [(t.key_field, arr.keys, 0), (t.item_field, arr.items, 0)]
+    elif _is_list(t):
+        kids = [(t.value_field, arr.flatten(), 0)]
+    elif T.is_struct(t):  # flatten() masks a null struct's fields: those nulls are fine
+        kids = [(f, a, arr.null_count) for f, a in zip(_fields(t), arr.flatten(), strict=True)]
+    for f, values, allowed in kids:
+        if not f.nullable and values.null_count > allowed:
+            return f".{f.name}"
+        deeper = _nested_null(values, f.type)
+        if deeper is not None:
+            return f".{f.name}{deeper}"
+    return None

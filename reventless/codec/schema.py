@@ -17,7 +17,16 @@ from pydantic import BaseModel
 
 from ..errors import SchemaMismatchError, SpecError, UnknownEventTypeError
 from ..spec import Event, check_field_names, union_members
-from .arrow import _ARROW_ERRORS, _arrow_kind, _cast_safely, _col_codec, _enc, _is_str, _type_text
+from .arrow import (
+    _ARROW_ERRORS,
+    _arrow_kind,
+    _cast_safely,
+    _col_codec,
+    _enc,
+    _is_str,
+    _nested_null,
+    _type_text,
+)
 from .codegen import _Fn, _model_decoder, _model_encoder, _Plan, _row_codecs, _slot
 from .columns import _ENC, META_FIELDS, META_SQL_KINDS, Column, _dumps
 from .typemap import _complete, _map_ann
@@ -172,6 +181,54 @@ class TopicSchema:
         """SQL values of the field columns -> model instance (row-dict topics: a dict)."""
         return (self._rows[1] if self._rows is not None else self._model(event_type)[1])(values)
 
+    def encode_rows(self, data: object) -> list[tuple[Any, ...]]:
+        """SQL values of the field columns of ``data``, checked against the schema.
+
+        ``data`` is an Arrow table or batch (``from_arrow_rows``, exact columns), a list of
+        this topic's model (instances of exactly that class), or, for a row-dict topic, a
+        list of dicts with exactly the field names, converted by Arrow (no text parsed into
+        numbers). Anything else raises ``SchemaMismatchError``.
+
+        Example::
+
+            topic.encode_rows([{"op": "c"}])  # [("c",)]
+        """
+        what = f"topic {self.name!r}"
+        if isinstance(data, pa.Table | pa.RecordBatch):
+            return self.from_arrow_rows(data, with_meta=False)
+        if not isinstance(data, Sequence) or isinstance(data, str | bytes):
+            raise SchemaMismatchError(
+                f"{what}: expected an Arrow table or a list, got {type(data)}"
+            )
+        if self._rows is None:  # a model topic: instances of one of its models
+            etypes = {m: t for t, m in self.event_types.items()}
+            bad = next((x for x in data if type(x) not in etypes), None)
+            if bad is not None:
+                want = " or ".join(m.__name__ for m in etypes)
+                raise SchemaMismatchError(f"{what}: expected {want}, got {type(bad)}")
+            return [self._model(etypes[type(m)])[0](m) for m in data]
+        names, encode = {c.name for c in self.columns}, self._rows[0]
+        for x in data:
+            if not isinstance(x, Mapping):
+                raise SchemaMismatchError(f"{what}: expected a dict of the columns, got {type(x)}")
+            if x.keys() != names:
+                missing, extra = sorted(names - x.keys()), sorted(x.keys() - names)
+                raise SchemaMismatchError(f"{what}: missing column(s) {missing}, unknown {extra}")
+        rows = [encode(x) for x in data]
+        if not rows:
+            return []
+        # through Arrow and back, as the relay will: a value Arrow cannot hold fails here
+        fields = pa.schema(list(self._schema)[len(META_FIELDS) :])
+        arrays = []
+        codecs = self._codecs[len(META_FIELDS) :]
+        for f, codec, values in zip(fields, codecs, zip(*rows, strict=True), strict=True):
+            try:
+                arrays.append(codec.to_arrow(values))
+            except _ARROW_ERRORS as exc:
+                raise SchemaMismatchError(f"{what}: column {f.name!r}: {exc}") from exc
+        batch = pa.RecordBatch.from_arrays(arrays, schema=fields)
+        return self.from_arrow_rows(batch, with_meta=False)
+
     def to_arrow(self, rows: Sequence[Sequence[Any]]) -> pa.RecordBatch:
         """Full SQL rows (META values, ``_produced_at`` in epoch micros, then fields) -> batch."""
         what, width = f"topic {self.name!r}", len(self._codecs)
@@ -192,13 +249,27 @@ class TopicSchema:
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
     def from_arrow_rows(
-        self, data: pa.RecordBatch | pa.Table, *, with_meta: bool
+        self, data: pa.RecordBatch | pa.Table, *, with_meta: bool, fill_missing: bool = False
     ) -> list[tuple[Any, ...]]:
         """Inverse of ``to_arrow``: SQL tuples (full rows, or field values only).
 
-        Missing nullable columns become None; a missing NOT NULL column, an unknown column,
-        a type that does not cast safely (within its family: no text to numbers) or a null
-        in a NOT NULL column raise ``SchemaMismatchError`` naming the column.
+        ``data`` must have exactly the columns (``with_meta``: metadata and field columns,
+        else the field columns), in any order, matched by name. A missing, unknown or
+        repeated column, a type that does not fit, a value a cast would change or a null in
+        a NOT NULL column (nested fields included) raise ``SchemaMismatchError`` naming the
+        column. Types fit when they are the same kind of value: a wider or value-checked
+        cast within a family (int32 into int64, int64 into int32 when every value fits,
+        large_string into string, ns into us when no precision is lost), an int into a
+        float (exact values only), dictionary-encoded values, structs by field name; never
+        text into numbers, a float into a narrower float, or added or dropped struct fields.
+
+        ``fill_missing=True`` reads rows written under an older version of the schema
+        (broker payloads, Parquet): a missing nullable column becomes None.
+
+        Example::
+
+            topic = TopicSchema.from_arrow("cdc", pa.schema([pa.field("op", pa.string(), False)]))
+            topic.from_arrow_rows(pa.table({"op": ["c", "u"]}), with_meta=False)  # [("c",), ("u",)]
         """
         skip = 0 if with_meta else len(META_FIELDS)
         fields, codecs, what = (
@@ -210,6 +281,9 @@ class TopicSchema:
         extra = [n for n in present if present.count(n) > 1 or n not in {f.name for f in fields}]
         if extra:
             raise SchemaMismatchError(f"{what}: unknown or repeated column(s) {extra}")
+        absent = [f.name for f in fields if f.name not in present]
+        if absent and not fill_missing:
+            raise SchemaMismatchError(f"{what}: missing column(s) {absent}")
         cols: list[list[Any]] = []
         for f, codec in zip(fields, codecs, strict=True):
             where = f"{what}: column {f.name!r}"
@@ -222,6 +296,9 @@ class TopicSchema:
             arr = arr if arr.type.equals(f.type) else _cast_safely(arr, f.type, where)
             if not f.nullable and arr.null_count:
                 raise SchemaMismatchError(f"{where} is NOT NULL but holds {arr.null_count} null(s)")
+            nested = _nested_null(arr, f.type)
+            if nested is not None:
+                raise SchemaMismatchError(f"{where}: NOT NULL field {f.name}{nested} holds nulls")
             try:
                 cols.append(codec.from_arrow(arr))
             except _ARROW_ERRORS as exc:

@@ -45,7 +45,9 @@ class Run:
                 continue
             start = int(pc.sum(pc.less_equal(offsets, after)).as_py() or 0)
             for i in range(start, data.num_rows, size):
-                buf.extend(schema.from_arrow_rows(data.slice(i, size), with_meta=True))
+                buf.extend(
+                    schema.from_arrow_rows(data.slice(i, size), with_meta=True, fill_missing=True)
+                )
                 while len(buf) >= size:
                     yield buf[:size]
                     del buf[:size]

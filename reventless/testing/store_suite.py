@@ -299,6 +299,35 @@ class StoreConformance:
         assert env.aggregate_id == "order-2"
         await assert_gapless(app, "cdc.orders")
 
+    async def test_schema_topic_takes_exactly_its_columns(self, app: rv.App) -> None:
+        cdc = app.topics["cdc.orders"]
+        await cdc.publish(cdc_table(3))
+        table = sql_store(app).table_of("cdc.orders")
+        before = await sql_rows(app, f"SELECT * FROM {table} ORDER BY _offset")
+        with pytest.raises(SchemaMismatchError, match="after"):  # a nullable column left out
+            await cdc.publish(cdc_table(2).drop_columns(["after"]))
+        with pytest.raises(SchemaMismatchError, match="after"):
+            await cdc.publish([{"op": "c", "ts_ms": 1, "key": "k"}])
+        assert await sql_rows(app, f"SELECT * FROM {table} ORDER BY _offset") == before
+        assert await app.store.head("cdc.orders") == 3
+        wide = pa.table(  # safe casts, another column order, an all-null nullable column
+            {
+                "after": [None],
+                "key": pa.array(["k"]).dictionary_encode(),
+                "ts_ms": pa.array([5], pa.int32()),
+                "op": pa.array(["u"], pa.large_string()),
+            }
+        )
+        res = await cdc.publish(wide)
+        assert (res.first_offset, res.last_offset) == (4, 4)
+        empties: list[pa.Table | list[Price]] = [cdc_table(0), []]
+        for empty in empties:  # nothing appended: the empty range at the head
+            res = await cdc.publish(empty)
+            assert (res.first_offset, res.last_offset) == (5, 4)
+        await assert_gapless(app, "cdc.orders")
+        [env] = await cdc.read(from_offset=4)
+        assert env.event == {"op": "u", "ts_ms": 5, "key": "k", "after": None}
+
     async def test_model_topic_publish_round_trips(self, store_url: str) -> None:
         app = rv.App(store=store_url)
         prices = app.topic("prices", model=Price, key="sku")

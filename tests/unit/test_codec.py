@@ -496,11 +496,15 @@ def test_cdc_topic_round_trip() -> None:
     batch = topic.to_arrow([(*meta, *f) for f in fields])
     assert batch.select(CDC.names).equals(pa.RecordBatch.from_pylist(table.to_pylist(), schema=CDC))
     assert [r[len(META_NAMES) :] for r in topic.from_arrow_rows(batch, with_meta=True)] == fields
-    # safe widening casts and a missing nullable column are fine
+    # safe widening casts are fine; a missing nullable column only when asked to fill it
     narrow = pa.table(
         {"op": pa.array(["d"], pa.large_string()), "ts_ms": pa.array([3], pa.int32()), "key": ["k"]}
     )
-    assert topic.from_arrow_rows(narrow, with_meta=False) == [("d", 3, "k", None)]
+    assert topic.from_arrow_rows(narrow, with_meta=False, fill_missing=True) == [
+        ("d", 3, "k", None)
+    ]
+    with pytest.raises(SchemaMismatchError, match="after"):
+        topic.from_arrow_rows(narrow, with_meta=False)
     with pytest.raises(SchemaMismatchError, match="key"):
         encode({"op": "c", "ts_ms": 1})
     with pytest.raises(SchemaMismatchError, match="nope"):
