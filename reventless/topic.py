@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -109,12 +110,22 @@ class Topic:
     async def export_parquet(
         self, path: str | Path, *, from_offset: int = 1, batch_size: int = 50_000
     ) -> int:
-        """Write the log from ``from_offset`` to one Parquet file; returns the row count."""
+        """Write the log from ``from_offset`` to one Parquet file; returns the row count.
+
+        The file is written beside ``path`` and renamed when complete: a failed export
+        leaves no half-written file, and a file already at ``path`` stays as it was.
+        """
+        target = Path(path)
+        part = target.with_name(f".{target.name}.part")
         count = 0
-        with pq.ParquetWriter(str(path), self.arrow_schema) as writer:
-            async for batch in self.read_batches(from_offset, batch_size=batch_size):
-                writer.write_batch(batch)
-                count += batch.num_rows
+        try:
+            with pq.ParquetWriter(str(part), self.arrow_schema) as writer:
+                async for batch in self.read_batches(from_offset, batch_size=batch_size):
+                    writer.write_batch(batch)
+                    count += batch.num_rows
+            os.replace(part, target)
+        finally:
+            part.unlink(missing_ok=True)
         return count
 
     async def publish(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pydantic import BaseModel
 
@@ -20,6 +21,7 @@ import reventless as rv
 from reventless.app import default_service
 from reventless.codec import META_NAMES, TopicSchema
 from reventless.errors import MetadataError, SchemaMismatchError, TenantError
+from reventless.store import require_sql
 
 ORDERS = pa.schema(
     [
@@ -282,3 +284,26 @@ async def test_events_carry_the_default_service(
         await topic.publish(table())
         await topic.publish(table(), meta=rv.Metadata(service="manual"))
         assert [e.meta.service for e in await topic.read()] == ["ingest"] * 2 + ["manual"] * 2
+
+
+async def test_a_failed_export_leaves_no_file_and_keeps_an_earlier_one(
+    app: rv.App, tmp_path: Path
+) -> None:
+    topic = app.topics["orders"]
+    await topic.publish(table())
+    old = tmp_path / "old.parquet"
+    assert await topic.export_parquet(old) == 2
+    await topic.publish(table())
+    store = require_sql(app.store, "this test")
+    name = store.table_of("orders")
+    # a value the topic's Arrow type cannot hold (SQLite keeps it): the third row fails
+    await store.db.write(
+        lambda c: c.exec_driver_sql(f"UPDATE {name} SET qty = 'x' WHERE _offset = 3")
+    )
+    new = tmp_path / "new.parquet"
+    with pytest.raises(SchemaMismatchError):
+        await topic.export_parquet(new, batch_size=2)  # one page written, then the failure
+    with pytest.raises(SchemaMismatchError):
+        await topic.export_parquet(old)
+    assert sorted(p.name for p in tmp_path.iterdir() if "parquet" in p.name) == ["old.parquet"]
+    assert pq.read_table(old).column("qty").to_pylist() == [0, 1]
