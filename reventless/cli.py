@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import importlib.util
 import inspect
 import json
 import os
@@ -500,6 +501,9 @@ async def _check_store(url: str) -> None:
 
 
 async def _serve(a: argparse.Namespace) -> int:
+    if importlib.util.find_spec("uvicorn") is None:
+        raise UsageError("reventless serve needs the extra: pip install 'reventless[serve]'")
+    _tokens(a.tokens_file)
     await _check_store(a.store)  # a bad URL fails here, not inside uvicorn's start-up
     return await cmd_serve(a)
 

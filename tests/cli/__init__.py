@@ -1,0 +1,1 @@
+"""The ``reventless`` command run as a user runs it: a subprocess of the installed script."""
