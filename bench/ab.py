@@ -1,9 +1,10 @@
-"""``python -m bench.ab --base REF [--rounds N] [--store sqlite|postgres|all] [--quick]
-[--only KEY,...]``: reventless at a git ref beside the working tree, in one run.
+"""``python -m bench.ab --base REF [--head REF] [--rounds N] [--store sqlite|postgres|all]
+[--quick] [--only KEY,...]``: reventless at a git ref beside the working tree (or beside
+another ref, ``--head``), in one run.
 
 Each round runs ``python -m bench --reps 1`` once in each tree, the order alternating from
-round to round, so both sides see the same machine weather. The base tree is a ``git
-archive`` of REF in a temporary directory; each side imports its own ``reventless`` and
+round to round, so both sides see the same machine weather. A ref's tree is a ``git
+archive`` of it in a temporary directory; each side imports its own ``reventless`` and
 adapters (``PYTHONPATH``) and its own ``bench`` package, against this virtualenv's
 third-party packages. The table shows per workload the median of reventless's rounds on
 each side and their ratio (> 1: the working tree is faster), plus the raw driver's ratio
@@ -33,11 +34,11 @@ LINE = re.compile(r"^rep \d+/\d+\s+(\S+)\s+(\S+)\s+(\S+)\s+([\d,.]+)\s+(.+)$")
 Samples = dict[tuple[str, str, str], list[float]]
 
 
-def unpack(ref: str, into: Path) -> Path:
-    """The tree of ``ref`` (committed files only) under ``into``."""
-    tree = into / "base"
+def unpack(ref: str, into: Path, name: str) -> Path:
+    """The tree of ``ref`` (committed files only) under ``into / name``."""
+    tree = into / name
     tree.mkdir()
-    archive = into / "base.tar"
+    archive = into / f"{name}.tar"
     subprocess.run(
         ["git", "archive", "--format=tar", "-o", str(archive), ref], cwd=ROOT, check=True
     )
@@ -65,7 +66,9 @@ def which_reventless(tree: Path) -> str:
     return out.stdout.strip()
 
 
-def run_side(tree: Path, args: list[str], samples: Samples, units: dict[str, str]) -> None:
+def run_side(
+    tree: Path, label: str, args: list[str], samples: Samples, units: dict[str, str]
+) -> None:
     cmd = [sys.executable, "-m", "bench", "--reps", "1", *args]
     proc = subprocess.Popen(
         cmd, cwd=tree, env=side_env(tree), stdout=subprocess.PIPE, text=True, bufsize=1
@@ -78,7 +81,7 @@ def run_side(tree: Path, args: list[str], samples: Samples, units: dict[str, str
         store, key, system, value, unit = m.groups()
         samples[(store, key, system)].append(float(value.replace(",", "")))
         units[key] = unit.strip()
-        print(f"  {tree.name:<5} {line.strip()}", flush=True)
+        print(f"  {label:<5} {line.strip()}", flush=True)
     if proc.wait() != 0:
         raise SystemExit(f"{' '.join(cmd)} failed in {tree} (exit {proc.returncode})")
 
@@ -118,6 +121,7 @@ def table(base: Samples, head: Samples, units: dict[str, str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__)
     p.add_argument("--base", required=True, help="git ref to compare the working tree with")
+    p.add_argument("--head", default=None, help="a git ref instead of the working tree")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--store", default="sqlite", choices=("sqlite", "postgres", "all"))
     p.add_argument("--quick", action="store_true")
@@ -134,17 +138,21 @@ def main(argv: list[str] | None = None) -> int:
     head: Samples = defaultdict(list)
     units: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="rvbench-ab-") as tmp:
-        base_tree = unpack(args.base, Path(tmp))
+        base_tree = unpack(args.base, Path(tmp), "base")
+        head_tree = ROOT if args.head is None else unpack(args.head, Path(tmp), "head")
         print(f"base {args.base}: {which_reventless(base_tree)}")
-        print(f"head (working tree): {which_reventless(ROOT)}")
+        print(f"head {args.head or '(working tree)'}: {which_reventless(head_tree)}")
         for r in range(args.rounds):
-            sides = [(base_tree, base), (ROOT, head)]
+            sides = [(base_tree, "base", base), (head_tree, "head", head)]
             if r % 2:
                 sides.reverse()
-            for tree, samples in sides:
-                print(f"round {r + 1}/{args.rounds}: {'base' if tree is base_tree else 'head'}")
-                run_side(tree, bench_args, samples, units)
-    command = f"python -m bench.ab --base {args.base} --rounds {args.rounds} --store {args.store}"
+            for tree, label, samples in sides:
+                print(f"round {r + 1}/{args.rounds}: {label}")
+                run_side(tree, label, bench_args, samples, units)
+    command = f"python -m bench.ab --base {args.base}"
+    if args.head:
+        command += f" --head {args.head}"
+    command += f" --rounds {args.rounds} --store {args.store}"
     if args.quick:
         command += " --quick"
     if args.only:
