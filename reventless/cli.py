@@ -70,11 +70,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _integer(least: int, what: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = least - 1
-        if value < least:
+        value = int(text) if text.strip().lstrip("+-").isdigit() else None
+        if value is None or value < least:
             raise argparse.ArgumentTypeError(
                 f"expected {what} (an integer >= {least}), got {text!r}"
             )
@@ -85,10 +82,10 @@ def _integer(least: int, what: str) -> Callable[[str], int]:
 
 def _seconds(text: str) -> float:
     try:
-        value = float(text)
+        value: float | None = float(text)
     except ValueError:
-        value = -1.0
-    if not value > 0:
+        value = None
+    if value is None or not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"expected seconds (a number > 0), got {text!r}")
     return value
 
