@@ -70,7 +70,10 @@ class _Parser(argparse.ArgumentParser):
 
 def _integer(least: int, what: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        value = int(text) if text.strip().lstrip("+-").isdigit() else None
+        try:
+            value: int | None = int(text)
+        except ValueError:
+            value = None
         if value is None or value < least:
             raise argparse.ArgumentTypeError(
                 f"expected {what} (an integer >= {least}), got {text!r}"
