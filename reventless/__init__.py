@@ -42,6 +42,7 @@ from .collect.upserts import ColumnUpserts
 from .errors import (
     AggregateNotFoundError,
     BrokerError,
+    CommandIdReusedError,
     ConcurrencyError,
     LeaseLostError,
     MetadataError,
@@ -73,6 +74,7 @@ __all__ = [
     "CollectorHandle",
     "CollectorOptions",
     "Command",
+    "CommandIdReusedError",
     "ConcurrencyError",
     "DeadLetter",
     "Delete",

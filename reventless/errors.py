@@ -66,6 +66,18 @@ class ConcurrencyError(ReventlessError):
         )
 
 
+class CommandIdReusedError(ReventlessError):
+    """A command id that already landed on one aggregate was sent for another; nothing ran."""
+
+    def __init__(self, command_id: str, landed_on: str, sent_to: str) -> None:
+        self.command_id = command_id
+        self.landed_on = landed_on
+        self.sent_to = sent_to
+        super().__init__(
+            f"command id {command_id!r} landed on {landed_on}, cannot run it for {sent_to}"
+        )
+
+
 class AggregateNotFoundError(ReventlessError):
     """No event exists for the requested aggregate."""
 

@@ -7,6 +7,11 @@ Example::
     async with app:
         result = await customers.execute("c-1", Register(name="Ada", address="1 Main St"))
         ada = await customers.load("c-1")
+
+Idempotency: a command sent with a ``command_id`` lands at most once. Its ``rv_commands``
+row (written in the appending transaction) records where it landed, and every later
+``execute``/``append`` with that id is answered from that row and the log, without
+running the handler: ``duplicate=True`` with the original version, offsets and events.
 """
 
 from __future__ import annotations
@@ -23,13 +28,14 @@ from typing import Any, Generic, TypeVar
 from .decode import decode_row
 from .errors import (
     AggregateNotFoundError,
+    CommandIdReusedError,
     ConcurrencyError,
     Rejected,
     StoreError,
 )
 from .ids import uuid7_strs
 from .spec import Aggregate, Command, Event, Metadata
-from .store.append import AppendRequest, AppendResult
+from .store.append import AppendRequest, AppendResult, CommandRecord
 from .topic import Topic, now_us
 from .topicdef import TopicDef, partition_of, stored_rows
 
@@ -57,7 +63,10 @@ class LogOptions:
 class ExecuteResult:
     """What a command did: the aggregate's new version and the offsets it wrote.
 
-    ``duplicate`` is True when the command id had been executed before (nothing new).
+    ``duplicate`` is True when the command id had landed before: nothing ran, and the
+    other fields are those of the original execution (``events`` as read back from the
+    log). For a command recorded by a store older than that record, the offsets are
+    ``0, -1``, ``events`` is empty and ``version`` is the aggregate's current version.
     """
 
     aggregate_id: str
@@ -192,20 +201,82 @@ class EventLog(Topic, Generic[A]):
         """Append ``events`` after ``expected_version`` in one transaction.
 
         Raises ``ConcurrencyError`` (nothing lands) if another writer got there first.
+        With a ``command_id`` that landed before, nothing is appended and the result is
+        the original one (``duplicate=True``, its offsets and stored rows), whatever the
+        ``expected_version``; ``CommandIdReusedError`` if it landed on another aggregate.
         """
         meta = meta or _EMPTY_META
         tenant = self._check_tenant(meta.tenant)
         for e in events:
             if type(e) not in self.spec.event_classes:
                 raise StoreError(f"{type(e).__name__} is not an event of {self.spec.__name__}")
+        if command_id is not None:
+            landed = await self._landed(aggregate_id, command_id)
+            if landed is not None:
+                return await self._appended(landed)
         rows = self._rows(aggregate_id, expected_version, events, meta, tenant, command_id)
         try:
-            return await self.store.append(
+            res = await self.store.append(
                 AppendRequest(self.name, rows, aggregate_id, expected_version, command_id)
             )
         except ConcurrencyError:
             self._cache.pop(aggregate_id, None)
-            raise
+            landed = await self._landed(aggregate_id, command_id)
+            if landed is None:
+                raise
+            return await self._appended(landed)
+        if res.duplicate:  # a racing writer recorded the id first
+            self._cache.pop(aggregate_id, None)
+            return await self._appended(await self._must_have_landed(aggregate_id, command_id))
+        return res
+
+    # -- idempotency -----------------------------------------------------------------------
+
+    async def _landed(self, aggregate_id: str, command_id: str | None) -> CommandRecord | None:
+        """The record of ``command_id`` if it landed (on this aggregate: else an error)."""
+        if command_id is None:
+            return None
+        rec = await self.store.find_command(command_id)
+        if rec is None:
+            return None
+        if rec.topic != self.name or rec.aggregate_id != aggregate_id:
+            raise CommandIdReusedError(
+                command_id, f"{rec.topic}/{rec.aggregate_id}", f"{self.name}/{aggregate_id}"
+            )
+        return rec
+
+    async def _must_have_landed(self, aggregate_id: str, command_id: str | None) -> CommandRecord:
+        rec = await self._landed(aggregate_id, command_id)
+        if rec is None:  # the store said duplicate, so the record is committed
+            raise StoreError(f"command id {command_id!r} was reported landed but has no record")
+        return rec
+
+    async def _landed_rows(self, rec: CommandRecord) -> list[Any]:
+        if rec.first_offset is None or rec.last_offset is None:
+            return []
+        n = rec.last_offset - rec.first_offset + 1
+        if n <= 0:
+            return []
+        return await self.store.read(self.name, rec.first_offset, n, upto=rec.last_offset)
+
+    async def _appended(self, rec: CommandRecord) -> AppendResult:
+        """An append's original outcome, rebuilt from its record."""
+        rows = await self._landed_rows(rec)
+        if rec.first_offset is None or rec.last_offset is None:
+            return AppendResult(self.name, 0, -1, rows, duplicate=True)
+        return AppendResult(self.name, rec.first_offset, rec.last_offset, rows, duplicate=True)
+
+    async def _executed(self, aggregate_id: str, rec: CommandRecord) -> ExecuteResult:
+        """A command's original outcome, rebuilt from its record and the log."""
+        if rec.first_offset is None or rec.last_offset is None or rec.version is None:
+            # recorded by an older store: only "it landed" is known
+            agg = await self._load_cached(aggregate_id)
+            return ExecuteResult(aggregate_id, agg.version, (), 0, -1, duplicate=True)
+        schema = self.schema
+        events = tuple(decode_row(schema, r) for r in await self._landed_rows(rec))
+        return ExecuteResult(
+            aggregate_id, rec.version, events, rec.first_offset, rec.last_offset, duplicate=True
+        )
 
     async def execute(
         self,
@@ -218,7 +289,14 @@ class EventLog(Topic, Generic[A]):
         """Load, decide, append; on a concurrency clash reload and retry (backoff + jitter).
 
         A handler's ``Rejected`` reaches the caller unchanged and nothing lands.
-        ``command_id`` makes the command idempotent: a second execution is a no-op.
+
+        ``command_id`` makes the command idempotent. If a command with that id landed
+        before (here, in another process, or in a race with this call), the handler does
+        not run and the result is the original one with ``duplicate=True``: the version
+        the aggregate reached with it, its offsets and its events. An id that landed on
+        another aggregate (or log) raises ``CommandIdReusedError`` and runs nothing.
+        A command that was rejected or decided no events leaves no record: sending it
+        again decides again. Without a ``command_id`` there is no extra query.
         """
         entry = self._locks.get(aggregate_id)
         if entry is None:
@@ -239,10 +317,24 @@ class EventLog(Topic, Generic[A]):
         meta = meta or _EMPTY_META
         tenant = self._check_tenant(meta.tenant)
         opts = self.options
+        landed = await self._landed(aggregate_id, command_id)
+        if landed is not None:
+            return await self._executed(aggregate_id, landed)
         for attempt in range(opts.max_attempts):
             agg = await self._load_cached(aggregate_id)
-            events = agg.decide(command)
+            try:
+                events = agg.decide(command)
+            except Rejected:
+                # A twin of this command (another process) may have landed between the
+                # lookup and the load: then the state refuses what the log already holds.
+                landed = await self._landed(aggregate_id, command_id)
+                if landed is not None:
+                    return await self._executed(aggregate_id, landed)
+                raise
             if not events:
+                landed = await self._landed(aggregate_id, command_id)
+                if landed is not None:
+                    return await self._executed(aggregate_id, landed)
                 return ExecuteResult(aggregate_id, agg.version, (), 0, -1)
             base = agg.version
             rows = self._rows(aggregate_id, base, events, meta, tenant, command_id)
@@ -252,14 +344,19 @@ class EventLog(Topic, Generic[A]):
                 )
             except ConcurrencyError:
                 self._cache.pop(aggregate_id, None)
+                # the writer that got there first may have been this very command
+                landed = await self._landed(aggregate_id, command_id)
+                if landed is not None:
+                    return await self._executed(aggregate_id, landed)
                 if attempt + 1 == opts.max_attempts:
                     raise
                 delay = min(opts.backoff_max, opts.backoff_base * 2**attempt)
                 await asyncio.sleep(delay * random.uniform(0.5, 1.5))
                 continue
-            if res.duplicate:
+            if res.duplicate:  # another process recorded the id between lookup and append
                 self._cache.pop(aggregate_id, None)
-                return ExecuteResult(aggregate_id, base, (), 0, -1, duplicate=True)
+                landed = await self._must_have_landed(aggregate_id, command_id)
+                return await self._executed(aggregate_id, landed)
             current = self._cache.get(aggregate_id)
             if current is agg and agg.version == base:
                 for e in events:
@@ -285,27 +382,33 @@ class EventLog(Topic, Generic[A]):
 
     async def execute_many(
         self,
-        commands: Iterable[tuple[str, Command]],
+        commands: Iterable[tuple[str, Command] | tuple[str, Command, str | None]],
         *,
         meta: Metadata | None = None,
         concurrency: int = 256,
     ) -> list[ExecuteResult | Rejected]:
-        """Execute a batch of ``(aggregate_id, command)`` pairs; results in input order.
+        """Execute a batch of ``(aggregate_id, command)`` or ``(aggregate_id, command,
+        command_id)`` items; results in input order.
 
         Commands on one aggregate run in the given order, others concurrently, so their
         appends share transactions. A rejection is returned as a value in its slot;
-        any other error is raised after the batch has settled.
+        any other error is raised after the batch has settled. A ``command_id`` works as
+        in ``execute``: resending a batch after a crash answers the commands that landed
+        with their original outcome (``duplicate=True``) and runs only the others.
         """
         gate = asyncio.Semaphore(concurrency)
 
-        async def one(aggregate_id: str, command: Command) -> ExecuteResult | Rejected:
+        async def one(
+            item: tuple[str, Command] | tuple[str, Command, str | None],
+        ) -> ExecuteResult | Rejected:
+            command_id = item[2] if len(item) == 3 else None
             async with gate:
                 try:
-                    return await self.execute(aggregate_id, command, meta=meta)
+                    return await self.execute(item[0], item[1], meta=meta, command_id=command_id)
                 except Rejected as r:
                     return r
 
-        outcomes = await asyncio.gather(*(one(a, c) for a, c in commands), return_exceptions=True)
+        outcomes = await asyncio.gather(*(one(i) for i in commands), return_exceptions=True)
         for o in outcomes:
             if isinstance(o, BaseException) and not isinstance(o, Rejected):
                 raise o

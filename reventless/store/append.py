@@ -10,6 +10,12 @@ largest one plus one (``_offset`` is the rowid: an O(log n) lookup and no extra 
 write). PostgreSQL bumps the topic's counter row (``pgasync.py``). Retention must never
 delete a topic's newest row (SQLite derives the head from it).
 
+A request with a command id writes its ``rv_commands`` row (where it landed, the
+aggregate's version after it) in the same transaction; if the id is recorded already the
+request is a ``duplicate`` and nothing of it lands. SQLite writes that row before the
+events (a duplicate has written nothing yet); PostgreSQL after them, in the request's
+transaction or savepoint, which ``DuplicateCommand`` then undoes.
+
 The SQLite appender talks to the DBAPI cursor directly: SQLAlchemy's per-statement
 bookkeeping (and its compiled SAVEPOINT clauses) cost more than the SQL here.
 """
@@ -69,16 +75,61 @@ class TableInfo:
     insert_sql: str
 
 
+@dataclass(frozen=True, slots=True)
+class CommandRecord:
+    """Where an append that carried a command id landed (a row of ``rv_commands``).
+
+    ``version`` is the aggregate's version after the append. ``first_offset``,
+    ``last_offset`` and ``version`` are None for rows written by a store older than these
+    columns (and ``version`` for appends without an expected version).
+    """
+
+    command_id: str
+    topic: str
+    aggregate_id: str | None
+    first_offset: int | None
+    last_offset: int | None
+    version: int | None
+
+
+class DuplicateCommand(Exception):
+    """Raised inside an append's transaction when its command id is recorded already, so
+    the transaction (or savepoint) undoes what the request wrote."""
+
+
 def command_sql(db: Database) -> str:
     """Records a command id (its parameter marks depend on the opened driver)."""
     return (
-        f"INSERT INTO rv_commands (command_id, topic, aggregate_id) VALUES ({db.placeholders(3)})"
+        "INSERT INTO rv_commands (command_id, topic, aggregate_id, first_offset, "
+        f"last_offset, version) VALUES ({db.placeholders(6)})"
     )
 
 
-def command_rows(reqs: list[AppendRequest]) -> list[tuple[Any, ...]]:
-    """The ``rv_commands`` rows of the requests that carry a command id."""
-    return [(r.command_id, r.topic, r.aggregate_id) for r in reqs if r.command_id]
+def command_row(req: AppendRequest, landed: AppendResult) -> tuple[Any, ...]:
+    """The ``rv_commands`` row of a request that carries a command id and landed at
+    ``landed``'s offsets: a retry of the command is answered from it."""
+    version = None if req.expected_version is None else req.expected_version + len(req.rows)
+    return (
+        req.command_id,
+        req.topic,
+        req.aggregate_id,
+        landed.first_offset,
+        landed.last_offset,
+        version,
+    )
+
+
+def command_rows(reqs: list[AppendRequest], landed: list[AppendResult]) -> list[tuple[Any, ...]]:
+    """The ``rv_commands`` rows of the requests (landed at ``landed``) with a command id."""
+    return [command_row(r, res) for r, res in zip(reqs, landed, strict=True) if r.command_id]
+
+
+def command_lookup_sql(db: Database) -> str:
+    """Reads one command id's ``rv_commands`` row."""
+    return (
+        "SELECT command_id, topic, aggregate_id, first_offset, last_offset, version "
+        f"FROM rv_commands WHERE command_id = {db.mark}"
+    )
 
 
 def lock_order(reqs: list[AppendRequest]) -> list[int]:
@@ -180,16 +231,17 @@ class Appender:
             cur.executemany(sql, rows[full:])
 
     def _one(self, cur: Any, req: AppendRequest) -> AppendResult:
+        [result], rows = place(req.topic, [req], self._first_offset(cur, req.topic))
         if req.command_id is not None:
+            # Before the rows: a duplicate is then found with nothing of its own written.
             cur.execute("SAVEPOINT rv_cmd")
             try:
-                cur.execute(command_sql(self.db), command_rows([req])[0])
+                cur.execute(command_sql(self.db), command_row(req, result))
             except self.db.integrity_errors:
                 cur.execute("ROLLBACK TO SAVEPOINT rv_cmd")
                 cur.execute("RELEASE SAVEPOINT rv_cmd")
                 return AppendResult(req.topic, 0, -1, duplicate=True)
             cur.execute("RELEASE SAVEPOINT rv_cmd")
-        [result], rows = place(req.topic, [req], self._first_offset(cur, req.topic))
         try:
             self._insert(cur, req.topic, rows)
         except self.db.integrity_errors:
@@ -198,12 +250,12 @@ class Appender:
 
     def _all(self, cur: Any, reqs: list[AppendRequest]) -> list[AppendResult]:
         """Everything at once: one offset lookup and one executemany per topic."""
-        commands = command_rows(reqs)
-        if commands:
-            cur.executemany(command_sql(self.db), commands)
         results: list[AppendResult] = []
         for topic, run, _ in by_topic(reqs):
             done, rows = place(topic, run, self._first_offset(cur, topic))
             self._insert(cur, topic, rows)
             results += done
+        commands = command_rows(reqs, results)
+        if commands:
+            cur.executemany(command_sql(self.db), commands)
         return results

@@ -26,9 +26,11 @@ from .append import (
     NOTIFY_CHANNEL,
     AppendRequest,
     AppendResult,
+    DuplicateCommand,
     StoredRow,
     TableInfo,
     by_topic,
+    command_row,
     command_rows,
     command_sql,
     lock_order,
@@ -85,9 +87,13 @@ class AsyncAppender:
             req = reqs[0]
             if len(reqs) == 1 and req.command_id is None and len(req.rows) <= _CTE_ROWS:
                 return [await self._lone(cur, req)]  # one atomic statement
+            if len(reqs) == 1:
+                try:
+                    async with aconn.transaction():
+                        return [await self._one(cur, req)]
+                except DuplicateCommand:
+                    return [AppendResult(req.topic, 0, -1, duplicate=True)]
             async with aconn.transaction():
-                if len(reqs) == 1:
-                    return [await self._one(cur, req)]
                 return await self._many(aconn, cur, reqs)
         except self.db.operational_errors as exc:
             if self._conn is not None:
@@ -111,6 +117,8 @@ class AsyncAppender:
                         results[i] = await self._one(cur, reqs[i])
                 except ConcurrencyError as exc:
                     results[i] = exc
+                except DuplicateCommand:
+                    results[i] = AppendResult(reqs[i].topic, 0, -1, duplicate=True)
         return [r for r in results if r is not None]
 
     async def _bump(self, cur: Any, topic: str, n: int) -> int:
@@ -163,28 +171,33 @@ class AsyncAppender:
         return result
 
     async def _one(self, cur: Any, req: AppendRequest) -> AppendResult:
+        """One request inside the caller's transaction or savepoint; raises
+        ``DuplicateCommand`` (the caller's block undoes the rows) if its command id is
+        recorded already. The command row goes in last, when the offsets are known."""
+        if len(req.rows) <= _CTE_ROWS:
+            result = await self._lone(cur, req)
+        else:
+            [result], rows = place(
+                req.topic, [req], await self._bump(cur, req.topic, len(req.rows))
+            )
+            try:
+                await self._insert(cur, req.topic, rows)
+            except self.db.integrity_errors:
+                raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
         if req.command_id is not None:
             try:
-                async with cur.connection.transaction():
-                    await cur.execute(command_sql(self.db), command_rows([req])[0])
+                await cur.execute(command_sql(self.db), command_row(req, result))
             except self.db.integrity_errors:
-                return AppendResult(req.topic, 0, -1, duplicate=True)
-        if len(req.rows) <= _CTE_ROWS:
-            return await self._lone(cur, req)
-        [result], rows = place(req.topic, [req], await self._bump(cur, req.topic, len(req.rows)))
-        try:
-            await self._insert(cur, req.topic, rows)
-        except self.db.integrity_errors:
-            raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
+                raise DuplicateCommand(req.command_id) from None
         return result
 
     async def _all(self, cur: Any, reqs: list[AppendRequest]) -> list[AppendResult]:
-        commands = command_rows(reqs)
-        if commands:
-            await cur.executemany(command_sql(self.db), commands)
         results: list[AppendResult] = []
         for topic, run, total in by_topic(reqs):
             done, rows = place(topic, run, await self._bump(cur, topic, total))
             await self._insert(cur, topic, rows)
             results += done
+        commands = command_rows(reqs, results)
+        if commands:
+            await cur.executemany(command_sql(self.db), commands)
         return results

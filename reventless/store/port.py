@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..topicdef import TopicDef
-from .append import AppendRequest, AppendResult, StoredRow
+from .append import AppendRequest, AppendResult, CommandRecord, StoredRow
 from .collector import CollectorStore
 from .leases import LeaseStore
 from .readmodel import ReadModelStore, RowModel
@@ -76,6 +76,10 @@ class EventStore(Protocol):
 
     async def append(self, request: AppendRequest) -> AppendResult:
         """Append rows in one transaction; raise ``ConcurrencyError`` on a version clash."""
+        ...
+
+    async def find_command(self, command_id: str) -> CommandRecord | None:
+        """Where the append that carried ``command_id`` landed (committed); None if none."""
         ...
 
     async def read(

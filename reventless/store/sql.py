@@ -31,8 +31,10 @@ from .append import (
     Appender,
     AppendRequest,
     AppendResult,
+    CommandRecord,
     StoredRow,
     TableInfo,
+    command_lookup_sql,
 )
 from .collector import SqlCollectorStore
 from .database import Database
@@ -112,12 +114,16 @@ class SqlEventStore:
     async def open(self) -> None:
         """Open the database and create the system tables if missing."""
         await self.db.open()
-        await self.db.write(lambda conn: self.db.create_sync(conn, tables.metadata))
+        await self.db.write(self._create_tables)
         if not self.db.is_sqlite:  # appends talk to PostgreSQL from the event loop
             from .pgasync import AsyncAppender
 
             self._async = AsyncAppender(self.db, lambda topic: self._entry(topic).info, self.db.url)
         self._changed = asyncio.Event()
+
+    def _create_tables(self, conn: Connection) -> None:
+        self.db.create_sync(conn, tables.metadata)
+        tables.upgrade_sync(conn)
 
     def _on_notify(self, payload: str) -> None:
         topic, _, head = payload.rpartition(":")
@@ -317,6 +323,28 @@ class SqlEventStore:
                         log.exception("commit listener failed")
         finally:
             self._drainer = None
+
+    async def find_command(self, command_id: str) -> CommandRecord | None:
+        """Where the append that carried ``command_id`` landed; None if none has."""
+        sql = command_lookup_sql(self.db)
+
+        def work(conn: Connection) -> CommandRecord | None:
+            cur = raw_cursor(conn)
+            cur.execute(sql, (command_id,))
+            row = cur.fetchone()
+            if row is None:
+                return None
+            cid, topic, aggregate_id, first, last, version = row
+            return CommandRecord(
+                str(cid),
+                str(topic),
+                aggregate_id,
+                None if first is None else int(first),
+                None if last is None else int(last),
+                None if version is None else int(version),
+            )
+
+        return await self.db.read(work)
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -37,14 +37,23 @@ snapshots = sa.Table(
     sa.Column("state", sa.Text, nullable=False),
 )
 
-#: Processed command ids: an append carrying a command id lands at most once.
+#: Processed command ids: an append carrying a command id lands at most once, and a
+#: retry is answered from its row (the offsets it landed at, the aggregate's version
+#: after it). Written in the appending transaction. The last three columns were added
+#: later: ``upgrade_sync`` adds them to older stores, whose rows keep NULLs there.
 commands = sa.Table(
     "rv_commands",
     metadata,
     sa.Column("command_id", sa.String(200), primary_key=True),
     sa.Column("topic", sa.String(200), nullable=False),
     sa.Column("aggregate_id", sa.String(400)),
+    sa.Column("first_offset", sa.BigInteger),
+    sa.Column("last_offset", sa.BigInteger),
+    sa.Column("version", sa.BigInteger),
 )
+
+#: System tables that gained (nullable) columns after their first release.
+_GROWN = (commands,)
 
 #: Collector checkpoints: per topic partition, the last offset a component has processed
 #: (every earlier event of that partition is done).
@@ -130,3 +139,18 @@ def insert_ignore(conn: Connection, table: sa.Table, rows: list[dict[str, Any]])
         from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
         conn.execute(sqlite_insert(table).on_conflict_do_nothing(), rows)
+
+
+def upgrade_sync(conn: Connection) -> None:
+    """Add the columns a store created by an earlier version lacks (after ``create_all``,
+    inside ``Database.serialize_ddl``, so processes opening at once take turns)."""
+    inspector = sa.inspect(conn)
+    quote = conn.dialect.identifier_preparer.quote
+    for table in _GROWN:
+        have = {c["name"] for c in inspector.get_columns(table.name)}
+        for col in table.columns:
+            if col.name not in have:
+                kind = col.type.compile(dialect=conn.dialect)
+                conn.exec_driver_sql(
+                    f"ALTER TABLE {quote(table.name)} ADD COLUMN {quote(col.name)} {kind}"
+                )
