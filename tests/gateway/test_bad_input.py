@@ -38,7 +38,7 @@ async def test_bad_input_gets_a_json_4xx_and_changes_nothing(db_url: str) -> Non
         s = f"/subscriptions/{sid}"
         deep = "[" * 100_000 + "]" * 100_000
         # (method, path, raw body or None, extra headers, status, code)
-        bad: list[tuple[str, str, bytes | None, dict[str, str | bytes], int, str]] = [
+        bad: list[tuple[str, str, bytes | None, dict[str, Any], int, str]] = [
             # integers beyond the store's range, negative, not ASCII digits
             ("GET", f"{s}/events?from={HUGE}", None, {}, 400, "bad_request"),
             ("GET", f"{s}/events?from=9223372036854775808", None, {}, 400, "bad_request"),
