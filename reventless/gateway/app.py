@@ -60,6 +60,7 @@ from . import sse
 from .parse import (
     check_fields,
     check_length,
+    check_url,
     json_body,
     json_int,
     last_event_id,
@@ -181,6 +182,7 @@ def create_app(
         async def wrapped(request: Request) -> Response:
             try:
                 check_length(request, max_body)  # 413 before reading, before anything else
+                check_url(request)
                 given = request.query_params.get("access_token") if stream_token else None
                 if given is not None:
                     tenant = stream_tokens.check(given, request.path_params["id"])

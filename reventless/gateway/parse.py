@@ -85,20 +85,36 @@ def _no_constant(name: str) -> Any:
 
 
 def _check_unicode(data: Any) -> None:
-    # "\ud800" escapes decode to lone surrogates, which no database accepts as text
+    # "\ud800" and "\u0000" escapes decode to text no database accepts (PostgreSQL
+    # refuses NUL in text; neither stores lone surrogates)
     stack = [data]
     while stack:
         v = stack.pop()
         if isinstance(v, str):
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                raise BadRequestError("the body holds a lone surrogate (\\ud800-\\udfff)") from None
+            check_text(v, "the body")
         elif isinstance(v, dict):
             stack.extend(v)
             stack.extend(v.values())
         elif isinstance(v, list):
             stack.extend(v)
+
+
+def check_text(value: str, name: str) -> None:
+    """Refuse text a database cannot store: NUL characters and lone surrogates."""
+    if "\x00" in value:
+        raise BadRequestError(f"{name} holds a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequestError(f"{name} holds a lone surrogate (\\ud800-\\udfff)") from None
+
+
+def check_url(request: Request) -> None:
+    """Refuse path and query parameters that hold text a database cannot store."""
+    for key, value in request.path_params.items():
+        check_text(value, key)
+    for key, value in request.query_params.multi_items():
+        check_text(value, key)
 
 
 def check_fields(data: Mapping[str, Any], allowed: set[str]) -> None:
