@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import re
 import signal
 import socket
 from collections.abc import Generator
@@ -25,13 +27,31 @@ import uvicorn
 
 from .app import Gateway
 
+_TOKEN = re.compile(r"access_token=[^&\s\"]*")
+
+
+class RedactStreamTokens(logging.Filter):
+    """Keeps stream tokens (``?access_token=``) out of uvicorn's access log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _TOKEN.sub("access_token=<redacted>", a) if isinstance(a, str) else a
+                for a in record.args
+            )
+        return True
+
 
 class GatewayServer(uvicorn.Server):
-    """A uvicorn server that closes the gateway's streams when it stops."""
+    """A uvicorn server that closes the gateway's streams when it stops (and redacts
+    stream tokens from its access log)."""
 
     def __init__(self, app: Gateway, config: uvicorn.Config) -> None:
         super().__init__(config)
         self.gateway = app
+        access = logging.getLogger("uvicorn.access")
+        if not any(isinstance(f, RedactStreamTokens) for f in access.filters):
+            access.addFilter(RedactStreamTokens())
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:

@@ -4,14 +4,16 @@ key derived from the bearer tokens (so a restart or a replica accepts them)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import httpx
 import pytest
+import uvicorn
 
 import reventless as rv
 from examples.search_index.sse import read_events
 from reventless.errors import UnauthorizedError
-from reventless.gateway import StreamTokens
+from reventless.gateway import GatewayServer, StreamTokens, create_app
 from tests.gateway.conftest import TOKENS, auth, serve
 from tests.subscribe.conftest import order_rows, orders_app
 
@@ -70,3 +72,17 @@ async def test_a_stream_token_over_http(db_url: str) -> None:
         await http.delete(f"/subscriptions/{sid}", headers=ACME)
         r = await http.get(stream)
         assert (r.status_code, r.json()["error"]) == (404, "not_found")
+
+
+def test_stream_tokens_stay_out_of_the_access_log() -> None:
+    app = create_app("sqlite://", tokens=TOKENS)
+    GatewayServer(app, uvicorn.Config(app))
+    access = logging.getLogger("uvicorn.access")
+    path = "/subscriptions/s/stream?access_token=v1.abc.def&from=3"
+    record = logging.LogRecord(
+        "uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:5", "GET", path, "1.1", 200), None,
+    )  # fmt: skip
+    assert access.filter(record)
+    assert "v1.abc" not in record.getMessage()
+    assert "access_token=<redacted>&from=3" in record.getMessage()
