@@ -305,6 +305,9 @@ def create_app(
         await subs.poll(
             sub_id, from_offset=start, limit=1, tenant=tenant, columns=columns, types=types
         )
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        if request.method == "HEAD":  # the headers only: a stream would never end
+            return Response(media_type="text/event-stream", headers=headers)
         frames = sse.stream(
             subs,
             sub_id,
@@ -319,11 +322,7 @@ def create_app(
             backpressure_lag=opts.backpressure_lag,
             stopped=waker.is_closed,
         )
-        return StreamingResponse(
-            frames,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
 
     async def mint_stream_token(request: Request, tenant: str | None) -> Response:
         await body(request, optional=True)  # no fields: refuse what it does not take

@@ -92,3 +92,17 @@ async def test_stopping_the_server_ends_open_streams_with_closed(db_url: str) ->
         await r.aclose()
         assert frames[-1].event == "closed"
         assert frames[-1].json() == {"id": sid, "reason": "shutdown"}
+
+
+async def test_head_on_a_stream_answers_with_headers_at_once(db_url: str) -> None:
+    app, topic = orders_app(db_url)
+    async with app, serve(db_url) as base, httpx.AsyncClient(base_url=base, timeout=5) as http:
+        await topic.publish(order_rows(2))
+        sid = (
+            await http.post("/subscriptions", json={"topic": "orders"}, headers=OPERATOR)
+        ).json()["id"]
+        r = await http.head(f"/subscriptions/{sid}/stream", headers=OPERATOR)
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        r = await http.head("/subscriptions/nope/stream", headers=OPERATOR)
+        assert r.status_code == 404
