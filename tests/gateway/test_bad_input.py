@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
-from reventless.subscribe import Subscriptions
+from reventless.subscribe import BadRequestError, Subscriptions
 from tests.gateway.conftest import auth, serve
 from tests.subscribe.conftest import order_rows, orders_app
 
@@ -284,3 +285,21 @@ async def test_bad_input_gets_a_json_4xx_and_changes_nothing(db_url: str) -> Non
         assert r.json() == {"acked": 0}
         r = await http.post(f"{s}/ack", content=b'{"offset": 10}', headers=ACME)
         assert r.json() == {"acked": 10}, "no Content-Type: read as JSON"
+
+
+async def test_subscriptions_refuse_offsets_beyond_the_store_in_process(db_url: str) -> None:
+    app, topic = orders_app(db_url)
+    async with app, Subscriptions.from_url(db_url) as subs:
+        await topic.publish(order_rows(3))
+        sub = await subs.create("orders")
+        calls = [
+            subs.poll(sub.id, from_offset=2**63),
+            subs.ack(sub.id, 2**63),
+            subs.seek(sub.id, 2**63),
+            subs.create("orders", from_offset=2**63),
+            subs.create("orders", from_offset=True),  # type: ignore[arg-type]
+        ]
+        for call in calls:
+            with pytest.raises(BadRequestError):
+                await call
+        assert [(s.id, s.acked) for s in await subs.list()] == [(sub.id, 0)]
