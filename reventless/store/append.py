@@ -124,14 +124,6 @@ def command_rows(reqs: list[AppendRequest], landed: list[AppendResult]) -> list[
     return [command_row(r, res) for r, res in zip(reqs, landed, strict=True) if r.command_id]
 
 
-def command_lookup_sql(db: Database) -> str:
-    """Reads one command id's ``rv_commands`` row."""
-    return (
-        "SELECT command_id, topic, aggregate_id, first_offset, last_offset, version "
-        f"FROM rv_commands WHERE command_id = {db.mark}"
-    )
-
-
 def lock_order(reqs: list[AppendRequest]) -> list[int]:
     """Indexes of ``reqs`` in topic-name order (the order topics are locked in)."""
     return sorted(range(len(reqs)), key=lambda i: reqs[i].topic)

@@ -34,9 +34,9 @@ from .append import (
     CommandRecord,
     StoredRow,
     TableInfo,
-    command_lookup_sql,
 )
 from .collector import SqlCollectorStore
+from .commands import CommandLookup
 from .database import Database
 from .ddl import PG_TYPES, evolve, topic_table
 from .leases import SqlLeaseStore
@@ -89,6 +89,7 @@ class SqlEventStore:
         self._appender = Appender(db, lambda topic: self._entry(topic).info)
         self._async: AsyncAppender | None = None
         self._changed = asyncio.Event()
+        self._commands = CommandLookup(db)
         #: Commits signalled so far (own appends, NOTIFYs): see ``wait_for_change``.
         self.changes = 0
         #: Collector state: checkpoints, dead letters, batch commits (``collector.py``).
@@ -326,25 +327,7 @@ class SqlEventStore:
 
     async def find_command(self, command_id: str) -> CommandRecord | None:
         """Where the append that carried ``command_id`` landed; None if none has."""
-        sql = command_lookup_sql(self.db)
-
-        def work(conn: Connection) -> CommandRecord | None:
-            cur = raw_cursor(conn)
-            cur.execute(sql, (command_id,))
-            row = cur.fetchone()
-            if row is None:
-                return None
-            cid, topic, aggregate_id, first, last, version = row
-            return CommandRecord(
-                str(cid),
-                str(topic),
-                aggregate_id,
-                None if first is None else int(first),
-                None if last is None else int(last),
-                None if version is None else int(version),
-            )
-
-        return await self.db.read(work)
+        return await self._commands.find(command_id)
 
     # -- reading ---------------------------------------------------------------------------
 

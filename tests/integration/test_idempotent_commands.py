@@ -475,7 +475,7 @@ async def _property(url: str, steps: list[tuple[str, int, str, int]]) -> None:
 steps_strategy = st.lists(step, min_size=1, max_size=25)
 
 
-@settings(max_examples=15)
+@settings(max_examples=40)
 @given(steps=steps_strategy)
 def test_every_retry_gets_the_original_outcome_sqlite(
     tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int, str, int]]
@@ -485,7 +485,7 @@ def test_every_retry_gets_the_original_outcome_sqlite(
 
 
 @pytest.mark.postgres
-@settings(max_examples=10)
+@settings(max_examples=25)
 @given(steps=steps_strategy)
 def test_every_retry_gets_the_original_outcome_postgres(
     pg_database: str, steps: list[tuple[str, int, str, int]]
