@@ -491,3 +491,36 @@ def test_every_retry_gets_the_original_outcome_postgres(
     pg_database: str, steps: list[tuple[str, int, str, int]]
 ) -> None:
     asyncio.run(_property(fresh_pg_url(pg_database), steps))
+
+
+@pytest.mark.parametrize(
+    "kind", ["sqlite-memory", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+async def test_lookups_in_flight_together_each_get_their_own_record(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Concurrent lookups share reads (batched); each still gets its own answer."""
+    url = (
+        "sqlite://"
+        if kind == "sqlite-memory"
+        else fresh_pg_url(request.getfixturevalue("pg_database"))
+    )
+    app, log = account_app(url)
+    async with app:
+        batch = [(f"a-{i % 7}", Deposit(amount=1 + i), f"b-{i}") for i in range(120)]
+        first = await log.execute_many(batch)
+        again = await log.execute_many([*batch, ("a-0", Deposit(amount=1), "fresh")])
+        assert all(
+            isinstance(a, rv.ExecuteResult) and isinstance(f, rv.ExecuteResult) and same(a, f)
+            for a, f in zip(again, first, strict=False)
+        )
+        fresh = again[-1]
+        assert isinstance(fresh, rv.ExecuteResult) and not fresh.duplicate
+        found = await asyncio.gather(
+            *(app.store.find_command(c) for c in [f"b-{i}" for i in range(120)] + ["none"])
+        )
+        assert found[-1] is None
+        assert [(r.aggregate_id, r.first_offset) for r in found[:-1] if r] == [
+            (f.aggregate_id, f.first_offset) for f in first if isinstance(f, rv.ExecuteResult)
+        ]
+        assert len(await stored(app)) == 121
