@@ -110,10 +110,25 @@ class _Waker:
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self.closed = False
+        self.changes = 0  # notifications so far
 
     def notify(self, _payload: str = "") -> None:
+        self.changes += 1
         self._event.set()
         self._event = asyncio.Event()
+
+    def follower(self) -> Callable[[float], Awaitable[None]]:
+        """One stream's ``wait``: it returns at once when a commit was signalled since it
+        last returned (the stream was reading then, and that read may have missed it)."""
+        seen = self.changes
+
+        async def wait(timeout: float) -> None:
+            nonlocal seen
+            if self.changes == seen:
+                await self.wait(timeout)
+            seen = self.changes
+
+        return wait
 
     def close(self) -> None:
         self.closed = True
@@ -316,7 +331,7 @@ def create_app(
             batch=opts.stream_batch,
             columns=columns,
             types=types,
-            wait=waker.wait,
+            wait=waker.follower(),
             poll_interval=opts.poll_interval,
             keepalive=opts.keepalive,
             backpressure_lag=opts.backpressure_lag,
@@ -370,7 +385,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await subs.open()  # creates the tables; opens the database if it is ours
-        subs.store.on_commit(waker.notify)  # PostgreSQL: wake streams on commit
+        subs.store.on_commit(waker.notify)  # wake streams on commit (NOTIFY, data_version)
         task = None
         if opts.retention_interval:
             task = asyncio.get_running_loop().create_task(

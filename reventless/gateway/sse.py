@@ -25,12 +25,21 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ..subscribe import ResnapshotRequiredError, SubscriptionNotFoundError, Subscriptions
+from ..subscribe.encode import EncodedEvents
 
 
 def frame(data: Any, *, event: str, id: int | None = None) -> str:
     """One SSE frame (``data`` as one line of JSON)."""
     head = f"id: {id}\n" if id is not None else ""
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def event_frames(encoded: EncodedEvents) -> str:
+    """The frames of a page's events (their JSON as encoded, ``id`` their offset)."""
+    return "".join(
+        f"id: {o}\nevent: event\ndata: {t}\n\n"
+        for o, t in zip(encoded.offsets, encoded.texts, strict=True)
+    )
 
 
 async def stream(
@@ -83,13 +92,13 @@ async def stream(
         if paused:
             yield frame({"lag": page.lag, "head": page.head}, event="resumed")
             paused = False
-        for ev in page.events:
-            yield frame(ev, event="event", id=ev["offset"])
+        if page.encoded:  # one write per page, not per event
+            yield event_frames(page.encoded)
         cursor = page.next_offset
         backlog = page.head - (cursor - 1)
         if backlog > backpressure_lag:
             yield frame({"backlog": backlog, "head": page.head}, event="backpressure")
-        if page.events or backlog > 0:
+        if page.encoded or backlog > 0:
             quiet_since = time.monotonic()
             await asyncio.sleep(0)
             continue

@@ -102,6 +102,7 @@ class Database:
         self._wconn: Connection | None = None
         self._local = threading.local()  # each reader thread keeps its connection
         self._listener: tuple[threading.Thread, threading.Event] | None = None
+        self._watchers: list[Callable[[str], None]] = []
         self._reader_conns: list[Connection] = []
         self._begin_sql = "BEGIN" if self.is_memory else "BEGIN IMMEDIATE"
         if self.is_sqlite and not self.is_memory and self.url.database:
@@ -192,12 +193,55 @@ class Database:
         self._listener = (thread, stop)
         thread.start()
 
+    def watch(self, callback: Callable[[str], None], interval: float = 0.005) -> None:
+        """A SQLite file: call ``callback("")`` on the event loop after commits by other
+        connections, of this process or another (PostgreSQL: see ``listen``; in-memory
+        SQLite: nothing). SQLite has no notifications, so one thread per database reads
+        ``PRAGMA data_version`` on its own connection every ``interval`` seconds (a counter
+        in the WAL index's shared memory: no table is read, no lock is held) and calls back
+        when it moved."""
+        if not self.is_sqlite or self.is_memory:
+            return
+        self._watchers.append(callback)
+        if self._listener is not None:
+            return
+        loop = asyncio.get_running_loop()
+        path, stop, callbacks = str(self.url.database), threading.Event(), self._watchers
+
+        def changed() -> None:
+            for cb in list(callbacks):
+                cb("")
+
+        def run() -> None:
+            while not stop.is_set():
+                try:
+                    conn = sqlite3.connect(path, timeout=1.0)
+                    try:
+                        seen = conn.execute("PRAGMA data_version").fetchone()[0]
+                        while not stop.wait(interval):
+                            now = conn.execute("PRAGMA data_version").fetchone()[0]
+                            if now != seen:
+                                seen = now
+                                loop.call_soon_threadsafe(changed)
+                    finally:
+                        conn.close()
+                except RuntimeError:  # the event loop is closed: nobody to wake
+                    return
+                except sqlite3.Error as exc:
+                    log.warning("watching %s: %s; retrying", path, exc)
+                    stop.wait(1.0)
+
+        thread = threading.Thread(target=run, name="rv-watcher", daemon=True)
+        self._listener = (thread, stop)
+        thread.start()
+
     def _stop_listening(self) -> None:
         if self._listener is not None:
             thread, stop = self._listener
             stop.set()
             thread.join(timeout=5)
             self._listener = None
+        self._watchers.clear()
 
     def open_dialect(self, dialect: sa.Dialect) -> None:
         """Adopt the SQL text conventions (quoting, parameter marks) of ``dialect``."""

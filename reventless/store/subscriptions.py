@@ -202,8 +202,8 @@ class SubscriptionStore(Protocol):
         ...
 
     def on_commit(self, callback: Callable[[str], None]) -> None:
-        """Call ``callback`` on the event loop when an append commits (PostgreSQL; a
-        no-op on SQLite, whose readers poll)."""
+        """Call ``callback`` on the event loop when an append commits (PostgreSQL: its
+        NOTIFY; a SQLite file: any commit, seen by a ``PRAGMA data_version`` probe)."""
         ...
 
 
@@ -473,7 +473,8 @@ class SqlSubscriptionStore:
         )
 
     def on_commit(self, callback: Callable[[str], None]) -> None:
-        self.db.listen(NOTIFY_CHANNEL, callback)
+        self.db.listen(NOTIFY_CHANNEL, callback)  # PostgreSQL
+        self.db.watch(callback)  # a SQLite file
 
 
 def _fields(sub: Subscription) -> dict[str, Any]:

@@ -24,7 +24,8 @@ TOKENS: Mapping[str, str | None] = {
 async def serve(url: str, *, port: int = 0, **options: Any) -> AsyncIterator[str]:
     """Run the gateway for ``url`` until the block ends (on ``port``, 0: a free one);
     yields its base URL. Open streams end with a ``closed`` frame when it stops."""
-    app = create_app(url, tokens=TOKENS, options=GatewayOptions(poll_interval=0.05, **options))
+    opts = GatewayOptions(**{"poll_interval": 0.05, **options})
+    app = create_app(url, tokens=TOKENS, options=opts)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
