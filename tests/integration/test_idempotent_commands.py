@@ -8,6 +8,7 @@ test proves "landed once" by reading the store's rows, not by trusting return va
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import uuid
 from collections.abc import Iterator
@@ -46,6 +47,10 @@ class Withdraw(rv.Command):
     amount: int
 
 
+#: How often each handler ran (a retry that is answered from the log runs none).
+DECIDED: collections.Counter[str] = collections.Counter()
+
+
 class Account(rv.Aggregate):
     events = Opened | Deposited | Withdrew
     opened: bool = False
@@ -53,16 +58,19 @@ class Account(rv.Aggregate):
 
     @rv.handles(Open)
     def open(self, cmd: Open) -> Opened | None:
+        DECIDED["open"] += 1
         return None if self.opened else Opened()  # opening twice decides nothing
 
     @rv.handles(Deposit)
     def deposit(self, cmd: Deposit) -> Deposited:
+        DECIDED["deposit"] += 1
         if cmd.amount <= 0:
             raise rv.Rejected("bad_amount", f"cannot deposit {cmd.amount}")
         return Deposited(amount=cmd.amount)
 
     @rv.handles(Withdraw)
     def withdraw(self, cmd: Withdraw) -> Withdrew:
+        DECIDED["withdraw"] += 1
         if cmd.amount > self.balance:
             raise rv.Rejected("overdrawn", f"{cmd.amount} > {self.balance}")
         return Withdrew(amount=cmd.amount)
@@ -148,7 +156,9 @@ async def test_retried_withdrawal_that_would_now_overdraw_returns_the_original(u
     async with app:
         await log.execute("a-1", Deposit(amount=10), command_id="d-1")
         first = await log.execute("a-1", Withdraw(amount=10), command_id="w-1")
+        DECIDED.clear()
         again = await log.execute("a-1", Withdraw(amount=10), command_id="w-1")  # no Rejected
+        assert DECIDED == {}  # the handler did not run
         assert not first.duplicate and same(again, first)
         assert again.events == (Withdrew(amount=10),) and again.version == 2
         rows = await stored(app)
@@ -159,7 +169,9 @@ async def test_retry_whose_handler_now_decides_nothing_is_a_duplicate(url: str) 
     app, log = account_app(url)
     async with app:
         first = await log.execute("a-1", Open(), command_id="o-1")
+        DECIDED.clear()
         again = await log.execute("a-1", Open(), command_id="o-1")
+        assert DECIDED == {}
         assert first.events == (Opened(),) and same(again, first)
         plain = await log.execute("a-1", Open(), command_id="o-2")  # never landed: decided again
         assert not plain.duplicate and plain.events == ()
@@ -249,14 +261,57 @@ async def test_a_racing_process_that_loses_gets_the_original_outcome(backend: An
     async with apps[0][0], apps[1][0]:
         await apps[0][1].execute("a-1", Deposit(amount=10))
         for k in range(6):
+            DECIDED.clear()
             out = await asyncio.gather(
                 *(log.execute("a-1", Withdraw(amount=1), command_id=f"r-{k}") for _, log in apps)
             )
             winners = [o for o in out if not o.duplicate]
             assert len(winners) == 1 and all(same(o, winners[0]) for o in out if o.duplicate)
+            # the loser may have decided before the winner landed, never again after
+            assert DECIDED["withdraw"] <= 2
         rows = await stored(apps[0][0])
         assert sorted(r[4] for r in rows if r[4]) == [f"r-{k}" for k in range(6)]
         assert (await apps[1][1].load("a-1")).balance == 4
+
+
+class HeldLookup:
+    """The real store; its first command-id lookup answers, then waits for ``go``."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.held = asyncio.Event()
+        self.go = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def find_command(self, command_id: str) -> Any:
+        found = await self._store.find_command(command_id)
+        if not self.held.is_set():
+            self.held.set()
+            await self.go.wait()
+        return found
+
+
+@pytest.mark.parametrize("cmd", [Withdraw(amount=5), Open()], ids=["rejects", "decides-nothing"])
+async def test_a_twin_landing_between_lookup_and_load_is_the_outcome(
+    backend: Any, cmd: rv.Command
+) -> None:
+    """Process B looks the id up (not there), process A lands the same command, then B
+    loads the state A left: its handler now refuses (or decides nothing), yet B is told
+    the command landed."""
+    url = backend()
+    (a_app, a_log), (b_app, b_log) = account_app(url), account_app(url)
+    async with a_app, b_app:
+        await a_log.execute("a-1", Deposit(amount=5))
+        held = HeldLookup(b_app.store)
+        b_log.attach(held)
+        b_run = asyncio.create_task(b_log.execute("a-1", cmd, command_id="twin"))
+        await held.held.wait()  # B has looked the id up and found nothing
+        first = await a_log.execute("a-1", cmd, command_id="twin")
+        held.go.set()
+        assert same(await b_run, first)
+        assert [r[4] for r in await stored(a_app)].count("twin") == 1
 
 
 async def test_rows_recorded_by_an_older_store_still_answer_duplicate(url: str) -> None:
@@ -398,6 +453,24 @@ async def _property(url: str, steps: list[tuple[str, int, str, int]]) -> None:
         if isinstance(first, rv.ExecuteResult) and first.events:
             assert isinstance(got, rv.ExecuteResult) and same(got, first), (got, first)
 
+    def has_landed(cid: str) -> bool:
+        first = outcome[cid]
+        return isinstance(first, rv.ExecuteResult) and bool(first.events)
+
+    def resent(cid: str, aid: str, cmd: rv.Command, got: Any) -> None:
+        """A resend: the original outcome if it landed, else decided again (the model too)."""
+        if has_landed(cid):
+            check_retry(cid, got)
+            return
+        want = expect(int(aid[2:]), cmd)
+        if want == "landed":
+            assert isinstance(got, rv.ExecuteResult) and not got.duplicate and got.events
+            outcome[cid] = got
+        elif want == "rejected":
+            assert isinstance(got, rv.Rejected)
+        else:
+            assert isinstance(got, rv.ExecuteResult) and not got.events
+
     async with app, other_app:
         for kind, n, what, amount in steps:
             if kind in ("new", "race_new"):
@@ -406,9 +479,9 @@ async def _property(url: str, steps: list[tuple[str, int, str, int]]) -> None:
                 if kind == "new":
                     got = await run(log, cid, aid, cmd)
                     outs = [got]
-                else:  # the same new command sent by both "processes" at once
+                else:  # sent three times at once, by both "processes"
                     outs = list(
-                        await asyncio.gather(*(run(t, cid, aid, cmd) for t in (log, other)))
+                        await asyncio.gather(*(run(t, cid, aid, cmd) for t in (log, other, log)))
                     )
                     got = next((o for o in outs if not getattr(o, "duplicate", True)), outs[0])
                 if want == "rejected":
@@ -424,22 +497,10 @@ async def _property(url: str, steps: list[tuple[str, int, str, int]]) -> None:
                 outcome[cid] = got
             elif sent and kind == "retry":
                 cid, aid, cmd = sent[n % len(sent)]
-                got = await run(log if n % 2 else other, cid, aid, cmd)
-                if isinstance(outcome[cid], rv.ExecuteResult) and outcome[cid].events:  # type: ignore[union-attr]
-                    check_retry(cid, got)
-                else:  # never landed: decided again, and the model follows
-                    want = expect(int(aid[2:]), cmd)
-                    if want == "landed":
-                        assert isinstance(got, rv.ExecuteResult) and not got.duplicate
-                        assert got.events
-                        outcome[cid] = got
-                    elif want == "rejected":
-                        assert isinstance(got, rv.Rejected)
-                    else:
-                        assert isinstance(got, rv.ExecuteResult) and not got.events
+                resent(cid, aid, cmd, await run(log if n % 2 else other, cid, aid, cmd))
             elif sent and kind == "race_retry":
                 cid, aid, cmd = sent[n % len(sent)]
-                if not (isinstance(outcome[cid], rv.ExecuteResult) and outcome[cid].events):  # type: ignore[union-attr]
+                if not has_landed(cid):
                     continue
                 outs = await asyncio.gather(
                     *(run(log if i % 2 else other, cid, aid, cmd) for i in range(amount))
@@ -447,29 +508,36 @@ async def _property(url: str, steps: list[tuple[str, int, str, int]]) -> None:
                 for o in outs:
                     check_retry(cid, o)
 
-        landed = {c: o for c, o in outcome.items() if isinstance(o, rv.ExecuteResult) and o.events}
-        # the store holds each landed command's events exactly once, and nothing else
-        rows = await stored(app)
-        assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
-        assert sorted(r[4] for r in rows) == sorted(landed)
-        for cid, res in landed.items():
-            mine = [r for r in rows if r[4] == cid]
-            assert [(r[0], r[1], r[2]) for r in mine] == [
-                (res.first_offset, res.aggregate_id, res.version)
-            ]
-        assert await commands(app) == {
-            c: (o.aggregate_id, o.first_offset, o.last_offset, o.version) for c, o in landed.items()
-        }
+        await _holds_each_landed_command_once(app, outcome)
 
-    # a restarted client resends every command it sent, in a fresh App
-    restarted, relog = account_app(url)
+    # a restarted client resends every command it sent, in a fresh App: those that landed
+    # get their original outcome, the others are decided again (and may land now)
+    restarted, relog = account_app(url, cache=False)
     async with restarted:
         for cid, aid, cmd in sent:
-            if cid in landed:
+            resent(cid, aid, cmd, await run(relog, cid, aid, cmd))
+        for cid, aid, cmd in sent:  # and once more: everything is answered from the log
+            if has_landed(cid):
                 check_retry(cid, await run(relog, cid, aid, cmd))
-        assert await stored(restarted) == rows
+        await _holds_each_landed_command_once(restarted, outcome)
         for i in range(AGGS):
             assert (await relog.load(f"a-{i}")).balance == balance[i]
+
+
+async def _holds_each_landed_command_once(app: rv.App, outcome: dict[str, Any]) -> None:
+    """The store holds each landed command's events exactly once, and nothing else."""
+    landed = {c: o for c, o in outcome.items() if isinstance(o, rv.ExecuteResult) and o.events}
+    rows = await stored(app)
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    assert sorted(r[4] for r in rows) == sorted(landed)
+    for cid, res in landed.items():
+        mine = [r for r in rows if r[4] == cid]
+        assert [(r[0], r[1], r[2]) for r in mine] == [
+            (res.first_offset, res.aggregate_id, res.version)
+        ]
+    assert await commands(app) == {
+        c: (o.aggregate_id, o.first_offset, o.last_offset, o.version) for c, o in landed.items()
+    }
 
 
 steps_strategy = st.lists(step, min_size=1, max_size=25)
