@@ -65,8 +65,9 @@ class ExecuteResult:
 
     ``duplicate`` is True when the command id had landed before: nothing ran, and the
     other fields are those of the original execution (``events`` as read back from the
-    log, without any that retention has removed since). For a command recorded by a store older than that record, the offsets are
-    ``0, -1``, ``events`` is empty and ``version`` is the aggregate's current version.
+    log, without any that retention has removed since). For a command recorded by a
+    store older than that record, the offsets are ``0, -1``, ``events`` is empty and
+    ``version`` is the aggregate's current version.
     """
 
     aggregate_id: str
