@@ -221,13 +221,18 @@ async def backlog(url: str, events: int) -> dict[str, float]:
         return {"backlog_eps": events / dt, "rss_before": rss0, "rss_peak": peak_rss_mb(pid)}
 
 
-async def side(quick: bool, events: int) -> dict[str, float]:
+async def side(quick: bool, events: int, postgres: bool) -> dict[str, float]:
+    seconds = 3.0 if quick else 15.0
     with tempfile.TemporaryDirectory() as tmp:
-        out = await latency(
-            f"sqlite:///{tmp}/lat.db?synchronous=FULL", 20.0, 3.0 if quick else 15.0
-        )
+        out = await latency(f"sqlite:///{tmp}/lat.db?synchronous=FULL", 20.0, seconds)
         out |= await backlog(f"sqlite:///{tmp}/backlog.db?synchronous=FULL", events)
-        return out
+    if postgres:
+        from bench.pgserver import PgServer
+
+        with PgServer() as pg:
+            got = await latency(pg.new_db("gwlat").url, 20.0, seconds)
+        out |= {f"pg_{k}": v for k, v in got.items()}
+    return out
 
 
 # -- the two sides and the report ----------------------------------------------------------
@@ -260,6 +265,9 @@ ROWS = [
     ("backlog_eps", "backlog streaming, events/s (one SSE client)", "{:,.0f}"),
     ("rss_peak", "gateway peak RSS during the backlog run, MB", "{:.0f}"),
     ("rss_before", "gateway RSS before the backlog run, MB", "{:.0f}"),
+    ("pg_lat_p50", "PostgreSQL: live latency p50, ms", "{:.1f}"),
+    ("pg_lat_p99", "PostgreSQL: live latency p99, ms", "{:.1f}"),
+    ("pg_commit_p50", "PostgreSQL: publish (commit) p50, ms", "{:.1f}"),
 ]
 
 
@@ -270,6 +278,7 @@ def main() -> None:
     ap.add_argument("--base", default=None, help="a git ref to measure beside this tree")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--postgres", action="store_true", help="latency on PostgreSQL too")
     ap.add_argument("--note", default="", help="a sentence for the report")
     ap.add_argument("--serve", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--side", action="store_true", help=argparse.SUPPRESS)
@@ -279,10 +288,12 @@ def main() -> None:
         return
     events = a.events or (20_000 if a.quick else 200_000)
     if a.side:
-        print("RESULT " + json.dumps(asyncio.run(side(a.quick, events))), flush=True)
+        result = asyncio.run(side(a.quick, events, a.postgres))
+        print("RESULT " + json.dumps(result), flush=True)
         return
     rounds = a.rounds or (1 if a.quick else 2)
     args = ["--events", str(events), *(["--quick"] if a.quick else [])]
+    args += ["--postgres"] if a.postgres else []
     samples: dict[str, list[dict[str, float]]] = {"this tree": []}
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this tree": ROOT}
@@ -300,6 +311,7 @@ def main() -> None:
                 samples[name].append(run_side(tree, args))
     cmd = "python -m bench.gateway" + (" --quick" if a.quick else "")
     cmd += f" --events {events}" if a.events else ""
+    cmd += " --postgres" if a.postgres else ""
     cmd += f" --base {a.base}" if a.base else ""
     names = list(samples)
     lines = [
@@ -309,13 +321,16 @@ def main() -> None:
         f"Command: `{cmd}` (median of {rounds} round(s) per side). The gateway is its own "
         "process (uvicorn, default `GatewayOptions`); one httpx client reads the SSE stream. "
         "Latency: 20 commits/s of one event each, timed from the `publish` call to the "
-        f"frame at the client. Backlog: {events:,} events (6 fields) streamed from offset 1."
+        "frame at the client (PostgreSQL rows: the same on a local PostgreSQL server). "
+        f"Backlog: {events:,} events (6 fields) streamed from offset 1."
         + (f" {a.note}" if a.note else ""),
         "",
         "| measure | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(names),
     ]
     for key, label, fmt in ROWS:
+        if not all(key in s for n in names for s in samples[n]):
+            continue
         cells = [fmt.format(statistics.median(s[key] for s in samples[n])) for n in names]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     block = "\n".join(lines)

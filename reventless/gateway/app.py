@@ -75,8 +75,9 @@ Handler = Callable[[Request, str | None], Awaitable[Response]]
 
 @dataclass(frozen=True, slots=True)
 class GatewayOptions:
-    """``poll_interval``: seconds between store polls of an idle stream (PostgreSQL wakes
-    streams at once through LISTEN/NOTIFY); ``keepalive``: seconds between comment lines on
+    """``poll_interval``: seconds between store polls of an idle stream, a fallback: a
+    commit wakes streams at once (PostgreSQL: LISTEN/NOTIFY; a SQLite file: a
+    ``PRAGMA data_version`` probe every 5 ms); ``keepalive``: seconds between comment lines on
     an idle stream; ``stream_batch``: events per store read of a stream;
     ``backpressure_lag``: lag above which a stream emits ``backpressure`` frames (the rule
     is in ``sse.py``); ``retention_interval``: seconds between retention runs (None:
