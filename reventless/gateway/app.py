@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -98,6 +99,15 @@ class GatewayOptions:
 
 #: Subscription ids a client may choose: URL-safe, at most 64 characters.
 _ID = re.compile(r"[A-Za-z0-9._~-]{1,64}")
+
+
+def _page_response(content: object) -> Response:
+    """A page as JSON written as the stream writes events: a stored NaN or infinity
+    float is sent as the token ``NaN`` / ``Infinity`` (Python's json), never a 500."""
+    return Response(
+        json.dumps(content, ensure_ascii=False, separators=(",", ":")),
+        media_type="application/json",
+    )
 
 
 def _error(status: int, code: str, detail: str) -> JSONResponse:
@@ -288,7 +298,7 @@ def create_app(
             columns=query_list(request, "columns"),
             types=query_list(request, "types"),
         )
-        return JSONResponse(page.as_json())
+        return _page_response(page.as_json())
 
     async def ack(request: Request, tenant: str | None) -> Response:
         offset = json_int(await body(request, "offset"), "offset", low=0)
@@ -363,7 +373,7 @@ def create_app(
         page = await member.poll(
             limit=query_int(request, "limit", 100, low=1, high=subs.max_limit) or 0
         )
-        return JSONResponse(page.as_json())
+        return _page_response(page.as_json())
 
     async def member_ack(request: Request, tenant: str | None) -> Response:
         data = await body(request, "partition", "offset", "epoch")

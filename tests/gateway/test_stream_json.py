@@ -43,3 +43,21 @@ async def test_stream_data_lines_are_the_per_event_json(
     assert data == want
     async with Subscriptions.from_url(db_url) as subs:  # streaming acked nothing
         assert (await subs.get(sid)).acked == 0
+
+
+async def test_events_page_with_nan_floats_is_not_a_500(db_url: str) -> None:
+    """A stored NaN float (the all-types table has one; PostgreSQL keeps it) comes back as
+    the stream writes it, the token ``NaN``, not as a 500 from a strict JSON encoder."""
+    await stored_rows(db_url, all_types_table(8))
+    async with (
+        serve(db_url) as base,
+        httpx.AsyncClient(base_url=base, headers=OPERATOR) as http,
+    ):
+        sid = (await http.post("/subscriptions", json={"topic": "all"})).json()["id"]
+        got = await http.get(f"/subscriptions/{sid}/events", params={"limit": 8})
+    assert got.status_code == 200, got.text
+    assert got.headers["content-type"].startswith("application/json")
+    events = got.json()["events"]
+    assert [e["offset"] for e in events] == list(range(1, 9))
+    f64 = events[1]["data"]["f64"]  # the stored NaN: SQLite keeps it as NULL
+    assert f64 is None or f64 != f64
