@@ -33,10 +33,10 @@ from .errors import (
     Rejected,
     StoreError,
 )
-from .ids import uuid7_strs
+from .ids import now_us, uuid7_strs
 from .spec import Aggregate, Command, Event, Metadata
 from .store.append import AppendRequest, AppendResult, CommandRecord
-from .topic import Topic, now_us
+from .topic import Topic
 from .topicdef import TopicDef, partition_of, stored_rows
 
 A = TypeVar("A", bound=Aggregate)

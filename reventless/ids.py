@@ -1,4 +1,4 @@
-"""Time-ordered identifiers (UUIDv7, RFC 9562)."""
+"""Time-ordered identifiers (UUIDv7, RFC 9562) and the clock of stored timestamps."""
 
 from __future__ import annotations
 
@@ -11,6 +11,12 @@ _lock = threading.Lock()
 _last_ms = 0
 _seq = 0
 _VARIANT = {h: "89ab"[int(h, 16) & 3] for h in "0123456789abcdef"}
+
+
+def now_us() -> int:
+    """Now, in microseconds since the epoch: ``_produced_at`` and every stored
+    ``created_at``."""
+    return time.time_ns() // 1000
 
 
 def _reserve(n: int) -> list[tuple[int, int]]:

@@ -14,7 +14,6 @@ Example::
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,18 +24,13 @@ from pydantic import BaseModel
 
 from .decode import envelope_of
 from .errors import StoreError, TenantError
-from .ids import uuid7_strs
+from .ids import now_us, uuid7_strs
 from .spec import Envelope, Metadata
 from .store.append import AppendRequest, AppendResult, StoredRow
 from .store.port import Store
 from .topicdef import TopicDef, partition_of, stored_rows
 
 _EMPTY_META = Metadata()
-
-
-def now_us() -> int:
-    """Now, in microseconds since the epoch (``_produced_at``)."""
-    return time.time_ns() // 1000
 
 
 class Topic:

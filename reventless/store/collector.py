@@ -17,7 +17,6 @@ Example::
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,6 +26,7 @@ from sqlalchemy.engine import Connection
 
 from ..deadletter import DeadLetter
 from ..errors import LeaseLostError
+from ..ids import now_us
 from .database import Database
 from .leases import holds_sync
 from .readmodel import RowTable, RowWriter
@@ -229,7 +229,7 @@ class SqlCollectorStore:
         """Insert dead letters (a replayed batch does not duplicate them)."""
         if not failed:
             return
-        now = time.time_ns() // 1000
+        now = now_us()
         conn.exec_driver_sql(
             self._dead_letter_sql,
             [

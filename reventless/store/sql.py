@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -24,6 +23,7 @@ from sqlalchemy.engine import Connection
 
 from ..codec import META_NAMES, META_SQL_KINDS
 from ..errors import SchemaMismatchError, StoreError
+from ..ids import now_us
 from ..topicdef import TopicDef
 from . import tables
 from .append import (
@@ -210,7 +210,7 @@ class SqlEventStore:
                         tenant=topic.tenant,
                         partitions=topic.partitions,
                         head=0,
-                        created_at=time.time_ns() // 1000,
+                        created_at=now_us(),
                     )
                 )
                 return True

@@ -38,6 +38,7 @@ from ..errors import (
     ResnapshotRequiredError,
     SubscriptionNotFoundError,
 )
+from ..ids import now_us
 from . import fairshare
 from . import subscription_tables as tables
 from .append import NOTIFY_CHANNEL
@@ -275,7 +276,7 @@ class SqlSubscriptionStore:
                 "tenant": tenant,
                 "state": "active",
                 "acked": acked,
-                "created_at": time.time_ns() // 1000,
+                "created_at": now_us(),
             }
             conn.execute(_S.insert().values(**values))
             return _sub_of(_Obj(values))

@@ -14,7 +14,6 @@ Example::
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -23,7 +22,7 @@ from pydantic import BaseModel
 
 from ..collect.component import Delete, EventMapper, ReadModel, Send, Upsert, as_ops
 from ..errors import Rejected
-from ..ids import uuid7_str
+from ..ids import now_us, uuid7_str
 from ..spec import Aggregate, Command, Envelope, Event, Metadata
 
 A = TypeVar("A", bound=Aggregate)
@@ -51,7 +50,7 @@ def envelope(
         aggregate_id=aggregate_id,
         version=version,
         msg_id=uuid7_str(),
-        produced_at_us=time.time_ns() // 1000,
+        produced_at_us=now_us(),
         meta=meta or Metadata(),
         schema_version=event.schema_version,
     )

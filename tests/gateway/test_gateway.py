@@ -185,14 +185,18 @@ async def test_sse_control_events_pause_and_resnapshot(db_url: str) -> None:
             await asyncio.wait_for(_read(events, 12, seen), 10)
             assert any(e.event == "backpressure" and e.json()["backlog"] > 5 for e in seen)
             await http.post(f"/subscriptions/{sid}/pause", headers=OPERATOR)
-            await topic.publish(order_rows(1, start=12))
 
             async def until(kind: str) -> None:
                 while not seen or seen[-1].event != kind:
                     seen.append(await anext(events))
 
+            # Wait for the frame before publishing: the pause's own commit wakes the stream,
+            # so publishing right after the pause raced it (the frame's lag was 12 or 13).
             await asyncio.wait_for(until("paused"), 10)
-            assert seen[-1].json()["lag"] == 13
+            assert seen[-1].json()["lag"] == 12
+            await topic.publish(order_rows(1, start=12))  # lands while paused
+            status = (await http.get(f"/subscriptions/{sid}", headers=OPERATOR)).json()
+            assert (status["state"], status["lag"]) == ("paused", 13)
             await http.post(f"/subscriptions/{sid}/resume", headers=OPERATOR)
             await asyncio.wait_for(until("event"), 10)
             assert [e.event for e in seen[-2:]] == ["resumed", "event"]
