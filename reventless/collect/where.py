@@ -55,7 +55,7 @@ class TopicFilter:
             # a batch from an older writer may lack a newer nullable column: it is NULL
             f = self._fields[name]
             data = data.append_column(f, pa.nulls(data.num_rows, f.type))
-        return data.filter(self.expression)
+        return self.predicate.filter_arrow(data)
 
     def rows(self, rows: Sequence[Sequence[Any]]) -> list[Any]:
         """The stored rows the predicate holds for."""

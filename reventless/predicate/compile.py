@@ -8,14 +8,17 @@ compares text with ``COLLATE "C"``). ``Predicate`` calls these."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
 
 from .tree import (
     And,
@@ -24,6 +27,7 @@ from .tree import (
     InList,
     IsNull,
     Kind,
+    Like,
     Node,
     Not,
     Op,
@@ -75,7 +79,29 @@ def to_sql(node: Node, dialect: str) -> sa.ColumnElement[bool]:
     f = node.field
     if isinstance(node, IsNull):
         return sa.column(f.column).is_(None)
-    col = _col(f, dialect)
+    if f.each:
+        return _sql_each(node, dialect)
+    return _sql_leaf(node, _col(f, dialect), dialect)
+
+
+def _sql_each(node: Compare | InList | Like, dialect: str) -> sa.ColumnElement[bool]:
+    """``EXISTS`` an element of the JSON list column for which the leaf holds."""
+    stored: sa.ColumnClause[Any] = sa.column(node.field.column)
+    if dialect == "postgresql":
+        items = sa.func.jsonb_array_elements_text(sa.cast(stored, JSONB)).table_valued("value")
+        value: sa.ColumnElement[Any] = items.c.value.collate("C")
+    else:
+        items = sa.func.json_each(stored).table_valued("value")
+        value = items.c.value
+    return sa.exists(
+        sa.select(sa.literal(1)).select_from(items).where(_sql_leaf(node, value, dialect))
+    )
+
+
+def _sql_leaf(
+    node: Compare | InList | Like, col: sa.ColumnElement[Any], dialect: str
+) -> sa.ColumnElement[bool]:
+    f = node.field
     if isinstance(node, Compare):
         return col.op(node.op, is_comparison=True)(_bind(node.value, f.kind))
     if isinstance(node, InList):
@@ -149,6 +175,8 @@ def to_arrow(node: Node) -> pc.Expression:
     col = pc.field(f.column)
     if isinstance(node, IsNull):
         return col.is_null()
+    if f.each:  # a boolean column ``prepare_arrow`` adds
+        return pc.field(each_column(node))
     if isinstance(node, Compare):
         v = _scalar(node.value, f.kind)
         ops = {
@@ -167,6 +195,49 @@ def to_arrow(node: Node) -> pc.Expression:
     # The same regex as the Python filter, anchored (RE2): Arrow's own LIKE mishandles an
     # escaped backslash at the end of a pattern.
     return pc.match_substring_regex(col, f"^(?s:{like_regex(node.pattern).pattern})$")
+
+
+def each_column(node: Compare | InList | Like) -> str:
+    """The name of the boolean column holding ``node`` on a list column, per row."""
+    return f"__rv_each_{abs(hash(node)):x}"
+
+
+def each_leaves(node: Node) -> Iterable[Compare | InList | Like]:
+    """The leaves of ``node`` on list columns."""
+    if isinstance(node, And | Or):
+        for p in node.parts:
+            yield from each_leaves(p)
+    elif isinstance(node, Not):
+        yield from each_leaves(node.part)
+    elif not isinstance(node, IsNull) and node.field.each:
+        yield node
+
+
+def prepare_arrow(node: Node, data: pa.Table) -> pa.Table:
+    """``data`` with the boolean columns ``to_arrow`` reads for leaves on list columns:
+    true where at least one element of the row's list holds (false for an empty list)."""
+    for leaf in dict.fromkeys(each_leaves(node)):
+        lists = data.column(leaf.field.column).combine_chunks()
+        flat = pc.list_flatten(lists)
+        if isinstance(leaf, Compare):
+            ops = {
+                "=": pc.equal,
+                "<>": pc.not_equal,
+                "<": pc.less,
+                "<=": pc.less_equal,
+                ">": pc.greater,
+                ">=": pc.greater_equal,
+            }
+            hit = ops[leaf.op](flat, pa.scalar(leaf.value, pa.string()))
+        elif isinstance(leaf, InList):
+            hit = pc.is_in(flat, pa.array([str(v) for v in leaf.values], pa.string()))
+        else:
+            hit = pc.match_substring_regex(flat, f"^(?s:{like_regex(leaf.pattern).pattern})$")
+        out = np.zeros(data.num_rows, dtype=bool)
+        parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+        out[parents[hit.fill_null(False).to_numpy(zero_copy_only=False)]] = True
+        data = data.append_column(each_column(leaf), pa.array(out, pa.bool_()))
+    return data
 
 
 def _scalar_type(node: InList) -> pa.DataType:
@@ -218,6 +289,19 @@ def to_python(node: Node, index: Mapping[str, int]) -> _Tri:
     i = index[node.field.column]
     if isinstance(node, IsNull):
         return lambda row: row[i] is None
+    if node.field.each:
+        one = _py_leaf(node, 0)
+
+        def each(row: Sequence[Any]) -> bool:
+            items = row[i]
+            items = json.loads(items) if isinstance(items, str) else items or ()
+            return any(one((x,)) for x in items)
+
+        return each
+    return _py_leaf(node, i)
+
+
+def _py_leaf(node: Compare | InList | Like, i: int) -> _Tri:
     if isinstance(node, Compare):
         cmp, value = _CMP[node.op], node.value
         return lambda row: None if row[i] is None else cmp(row[i], value)

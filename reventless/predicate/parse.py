@@ -2,7 +2,9 @@
 
 ``parse_node(text, schema)`` reads the text with sqlglot, turns it into our own nodes and
 checks every column name and literal type against the topic (``PredicateError``
-otherwise). Column names a predicate may use are ``filter_columns(schema)``: the topic's
+otherwise). On a topic with tags, ``tag`` (or ``_tags``) stands for any one of an event's
+tags: ``tag = 'course:c1'``, ``tag IN (...)``, ``tag LIKE 'course:%'`` hold when one tag does.
+Column names a predicate may use are ``filter_columns(schema)``: the topic's
 field columns, the metadata columns by their stored names (``_type``, ``_offset``...) or
 their short names (``COLUMN_ALIASES``). A field column with the same name as a short name
 wins; the ``_`` name always reaches the metadata. Only integer, float, boolean and string
@@ -26,6 +28,8 @@ from ..codec import META_FIELDS, TopicSchema
 from ..errors import PredicateError
 from .tree import (
     COLUMN_ALIASES,
+    TAG_NAME,
+    TAGS_COLUMN,
     And,
     Compare,
     Field,
@@ -65,7 +69,11 @@ def filter_columns(schema: TopicSchema) -> dict[str, Field]:
         out[alias] = Field(alias, column, out[column].kind)
     for c in schema.columns:
         kind = _kind_of(c.arrow_type) if c.sql_kind != "json" else None
-        if kind is not None and kind != "time":
+        if c.name == TAGS_COLUMN:
+            tags = Field(TAG_NAME, TAGS_COLUMN, "text", each=True)
+            out.setdefault(TAG_NAME, tags)  # a field named ``tag`` wins
+            out[TAGS_COLUMN] = Field(TAGS_COLUMN, TAGS_COLUMN, "text", each=True)
+        elif kind is not None and kind != "time":
             out[c.name] = Field(c.name, c.name, kind)
         else:
             out.pop(c.name, None)  # a field shadows a short name even if not filterable
@@ -129,9 +137,16 @@ class _Parser:
         if isinstance(e, exp.Is):
             if not isinstance(e.expression, exp.Null):
                 raise PredicateError("IS takes NULL (write `col IS NULL` or `col IS NOT NULL`)")
-            return IsNull(self.field(e.this))
+            f = self.field(e.this)
+            if f.each:
+                raise PredicateError(
+                    f"{f.name!r} is never NULL (an event without tags matches no tag)"
+                )
+            return IsNull(f)
         if isinstance(e, exp.Between):
             f = self.field(e.this)
+            if f.each:
+                raise PredicateError(f"BETWEEN on {f.name!r}: compare one bound per term")
             low, high = self.literal(e.args["low"], f), self.literal(e.args["high"], f)
             self.ordered(f)
             return And((Compare(f, ">=", low), Compare(f, "<=", high)))

@@ -18,7 +18,8 @@ metadata columns by their stored names (``_type``, ``_offset``...) or their shor
 (``type``, ``key``, ``offset``, ``version``, ``produced_at``, ``tenant``, ``user``...).
 A field column with the same name as a short name wins; the ``_`` name always reaches the
 metadata. Only integer, float, boolean and string columns and ``produced_at`` (compared with
-an ISO-8601 text literal) are filterable.
+an ISO-8601 text literal) are filterable, and ``tag`` on a topic with tags (true when one of
+the event's tags satisfies the term: ``tag = 'course:c1'``, ``tag LIKE 'course:%'``).
 
 Example::
 
@@ -31,11 +32,22 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import sqlalchemy as sa
 
 from ..codec import TopicSchema
-from .compile import BrokerFilter, domain, fields, to_arrow, to_python, to_sql
+from .compile import (
+    BrokerFilter,
+    domain,
+    each_column,
+    each_leaves,
+    fields,
+    prepare_arrow,
+    to_arrow,
+    to_python,
+    to_sql,
+)
 from .parse import parse_node
 from .tree import Node
 
@@ -45,6 +57,7 @@ class Predicate:
 
     def __init__(self, text: str, schema: TopicSchema, node: Node) -> None:
         self.text, self.schema, self.node = text, schema, node
+        self._arrow: tuple[pc.Expression, list[str]] | None = None
 
     @classmethod
     def parse(cls, text: str, schema: TopicSchema) -> Predicate:
@@ -64,8 +77,24 @@ class Predicate:
         return to_sql(self.node, dialect)
 
     def arrow(self) -> pc.Expression:
-        """A ``pyarrow.compute`` expression over the topic's Arrow columns."""
+        """A ``pyarrow.compute`` expression over the topic's Arrow columns (after
+        ``prepare_arrow`` when the predicate tests tags)."""
         return to_arrow(self.node)
+
+    def prepare_arrow(self, data: pa.Table) -> pa.Table:
+        """``data`` with the helper columns ``arrow()`` reads for ``tag`` terms (a list
+        column cannot be tested per element by an expression); unchanged without them."""
+        return prepare_arrow(self.node, data)
+
+    def filter_arrow(self, data: pa.Table) -> pa.Table:
+        """The rows of ``data`` the predicate holds for, with ``data``'s columns."""
+        if self._arrow is None:
+            helpers = [each_column(leaf) for leaf in dict.fromkeys(each_leaves(self.node))]
+            self._arrow = (to_arrow(self.node), helpers)
+        expression, helpers = self._arrow
+        if not helpers:
+            return data.filter(expression)
+        return prepare_arrow(self.node, data).filter(expression).drop_columns(helpers)
 
     def row_filter(self, names: Sequence[str]) -> Callable[[Sequence[Any]], bool]:
         """A function telling whether a stored row (values in ``names`` order) passes."""

@@ -1,6 +1,10 @@
 """The tree of a parsed predicate: resolved columns (``Field``) and the nodes ``Compare``,
 ``InList``, ``Like``, ``IsNull``, ``And``, ``Or``, ``Not``. Pure data: the parser
-(``parse.py``) builds it, the compilers (``compile.py``) read it."""
+(``parse.py``) builds it, the compilers (``compile.py``) read it.
+
+A ``Field`` with ``each=True`` is a list column (the tags, ``_tags``): a comparison, IN or
+LIKE on it holds when it holds for at least one element (``tag = 'course:c1'`` is "carries
+the tag ``course:c1``"); an empty list holds for none."""
 
 from __future__ import annotations
 
@@ -31,6 +35,10 @@ COLUMN_ALIASES: Mapping[str, str] = {
     "partition": "_partition",
 }
 
+#: The stored column of an event's tags, and the name predicates use for one tag.
+TAGS_COLUMN = "_tags"
+TAG_NAME = "tag"
+
 
 @dataclass(frozen=True, slots=True)
 class Field:
@@ -39,6 +47,7 @@ class Field:
     name: str
     column: str
     kind: Kind
+    each: bool = False
 
 
 @dataclass(frozen=True, slots=True)
