@@ -21,10 +21,11 @@ import hashlib
 import random
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from .codec import CORRELATION_AT, MSG_ID_AT, TENANT_AT
 from .decode import decode_row
 from .errors import (
     AggregateNotFoundError,
@@ -33,8 +34,9 @@ from .errors import (
     Rejected,
     StoreError,
 )
-from .ids import now_us, uuid7_strs
-from .spec import Aggregate, Command, Event, Metadata
+from .ids import now_us, uuid7_str, uuid7_strs
+from .scheduling import Clock, ScheduleWrite, SystemClock, schedule_writes, to_us
+from .spec import Aggregate, Command, Directive, Event, Metadata
 from .store.append import AppendRequest, AppendResult, CommandRecord
 from .topic import Topic
 from .topicdef import TopicDef, partition_of, stored_rows
@@ -91,10 +93,16 @@ class EventLog(Topic, Generic[A]):
         *,
         options: LogOptions | None = None,
         service: str | None = None,
+        clock: Clock | None = None,
+        targets: Callable[[type[Aggregate] | str], str] | None = None,
     ) -> None:
         super().__init__(definition, service=service)
         self.spec = spec
         self.options = options or LogOptions()
+        #: The time ``rv.Schedule(after=...)`` counts from (the App's clock).
+        self.clock: Clock = clock or SystemClock()
+        #: The topic of a schedule's target (the App resolves its logs).
+        self._targets = targets or _default_target
         self._encoders = {
             e.event_type: self.schema.encoder(e.event_type) for e in spec.event_classes
         }
@@ -231,6 +239,37 @@ class EventLog(Topic, Generic[A]):
             return await self._appended(await self._must_have_landed(aggregate_id, command_id))
         return res
 
+    def _schedules(
+        self,
+        directives: Sequence[Directive],
+        rows: Sequence[tuple[Any, ...]],
+        meta: Metadata,
+        tenant: str | None,
+        command_id: str | None,
+    ) -> list[ScheduleWrite]:
+        """What a decision's directives store with its events (``rows``): the fired
+        commands carry the events' correlation id, the last event as their cause, and
+        the user and tenant; a schedule without an id gets one from that event."""
+        if not directives:
+            return []
+        # rows lack _offset: the META indexes are one less
+        cause = rows[-1][MSG_ID_AT - 1] if rows else command_id
+        seed = cause or uuid7_str()
+        return schedule_writes(
+            directives,
+            now_us=to_us(self.clock.now()),
+            topic_of=self._targets,
+            default_id=lambda i: command_id_for(self.name, seed, "schedule", str(i)),
+            meta=Metadata.trusted(
+                rows[0][CORRELATION_AT - 1] if rows else meta.correlation_id or command_id,
+                cause,
+                meta.user,
+                None,
+                None,
+                rows[0][TENANT_AT - 1] if rows else tenant,
+            ),
+        )
+
     # -- idempotency -----------------------------------------------------------------------
 
     async def _landed(self, aggregate_id: str, command_id: str | None) -> CommandRecord | None:
@@ -324,7 +363,7 @@ class EventLog(Topic, Generic[A]):
         for attempt in range(opts.max_attempts):
             agg = await self._load_cached(aggregate_id)
             try:
-                events = agg.decide(command)
+                events, directives = agg.decide_all(command)
             except Rejected:
                 # A twin of this command (another process) may have landed between the
                 # lookup and the load: then the state refuses what the log already holds.
@@ -336,12 +375,23 @@ class EventLog(Topic, Generic[A]):
                 landed = await self._landed(aggregate_id, command_id)
                 if landed is not None:
                     return await self._executed(aggregate_id, landed)
+                if directives:  # schedules alone: their own transaction (no version check)
+                    await self.store.schedules.write(
+                        self._schedules(directives, [], meta, tenant, command_id)
+                    )
                 return ExecuteResult(aggregate_id, agg.version, (), 0, -1)
             base = agg.version
             rows = self._rows(aggregate_id, base, events, meta, tenant, command_id)
             try:
                 res = await self.store.append(
-                    AppendRequest(self.name, rows, aggregate_id, base, command_id)
+                    AppendRequest(
+                        self.name,
+                        rows,
+                        aggregate_id,
+                        base,
+                        command_id,
+                        schedules=self._schedules(directives, rows, meta, tenant, command_id),
+                    )
                 )
             except ConcurrencyError:
                 self._cache.pop(aggregate_id, None)
@@ -422,6 +472,10 @@ class EventLog(Topic, Generic[A]):
         else:
             for a in aggregate_ids:
                 self._cache.pop(a, None)
+
+
+def _default_target(target: type[Aggregate] | str) -> str:
+    return target if isinstance(target, str) else target.topic_name
 
 
 def command_id_for(*parts: str) -> str:

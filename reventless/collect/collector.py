@@ -30,6 +30,7 @@ from ..deadletter import DeadLetter, RedriveReport
 from ..decode import envelope_of
 from ..errors import LeaseLostError
 from ..eventlog import EventLog
+from ..scheduling import ScheduleWrite
 from ..spec import Aggregate, Envelope
 from ..store.append import StoredRow
 from ..store.collector import Apply, Failure, Fence, Progress
@@ -544,10 +545,12 @@ class Collector:
         failed: Sequence[tuple[Envelope[Any], str, int]] = (),
         rows: RowTable | None = None,
         apply: Apply | None = None,
+        schedules: Sequence[ScheduleWrite] = (),
     ) -> bool:
         """Commit a batch of ``(topic, partition)`` through the store's one call: the lease
-        fence, ``apply`` on ``rows``, dead letters and the checkpoint (None: leave it) in
-        one transaction. False when ``apply`` left the batch (nothing written)."""
+        fence, ``apply`` on ``rows``, dead letters, ``schedules`` and the checkpoint (None:
+        leave it) in one transaction. False when ``apply`` left the batch (nothing
+        written)."""
         part = (topic, partition)
         fence = self.fence(part)
         progress = None if checkpoint is None else Progress(topic, partition, checkpoint, fence)
@@ -559,6 +562,7 @@ class Collector:
                 fence=None if fence is None or progress is not None else (part, fence),
                 rows=rows,
                 apply=apply,
+                schedules=schedules,
             )
         except LeaseLostError:
             if fence is not None and self.on_fenced is not None:

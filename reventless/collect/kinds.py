@@ -9,7 +9,8 @@ from typing import Any
 
 from ..errors import Rejected, SpecError
 from ..eventlog import command_id_for
-from ..spec import Envelope, Metadata
+from ..scheduling import Clock, ScheduleWrite, SystemClock, schedule_writes, to_us
+from ..spec import Directive, Envelope, Metadata
 from ..store.append import StoredRow
 from ..store.collector import Failure
 from ..store.readmodel import ReadModelStore, RowWriter
@@ -144,9 +145,36 @@ class _RetryingCollector(Collector):
     max_attempts = 3
     backoff = 0.05
     concurrency = 256
+    #: The time ``rv.Schedule(after=...)`` counts from (the App's clock).
+    clock: Clock = SystemClock()
+    resolve: LogResolver | None = None
 
-    async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
+    async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> list[ScheduleWrite]:
+        """Handle ``ev``; returns the schedules to store with the batch."""
         raise NotImplementedError
+
+    def scheduled(self, ev: Envelope[Any], ops: list[Any]) -> list[ScheduleWrite]:
+        """The schedules among a handler's ``ops``: an id left out is derived from the
+        event and the position (a redelivery writes the same schedule again), and the
+        fired commands inherit the event's correlation id with the event as cause."""
+        directives = [op for op in ops if isinstance(op, Directive)]
+        if not directives:
+            return []
+        resolve = self.resolve
+        return schedule_writes(
+            directives,
+            now_us=to_us(self.clock.now()),
+            topic_of=lambda t: resolve(t).name if resolve is not None else str(t),
+            default_id=lambda i: command_id_for(self.name, ev.msg_id, "schedule", str(i)),
+            meta=Metadata.trusted(
+                ev.meta.correlation_id or ev.msg_id,
+                ev.msg_id,
+                ev.meta.user,
+                None,
+                None,
+                ev.meta.tenant,
+            ),
+        )
 
     async def process(
         self, topic: str, partition: int, envs: list[Envelope[Any]], checkpoint: int
@@ -154,6 +182,7 @@ class _RetryingCollector(Collector):
         # Per-aggregate order is kept; different aggregates are handled concurrently,
         # so the commands they cause share group commits.
         failed: Failed = []
+        scheduled: list[tuple[int, list[ScheduleWrite]]] = []
         parts: dict[str | None, list[Envelope[Any]]] = {}
         for ev in envs:
             parts.setdefault(ev.aggregate_id, []).append(ev)
@@ -167,19 +196,25 @@ class _RetryingCollector(Collector):
                             (ev, "parked behind an earlier dead letter of this aggregate", 0)
                         )
                     else:
-                        await self._attempt(ev, failed)
+                        await self._attempt(ev, failed, scheduled)
 
         if None in parts:  # rows without an aggregate keep their total order
             await run(parts.pop(None))
         await asyncio.gather(*(run(p) for p in parts.values()))
         failed.sort(key=lambda f: f[0].offset)
-        await self.commit(topic, partition, checkpoint, failed=failed)
+        scheduled.sort(key=lambda s: s[0])  # the last write of a schedule id wins: log order
+        writes = [w for _, ws in scheduled for w in ws]
+        await self.commit(topic, partition, checkpoint, failed=failed, schedules=writes)
 
-    async def _attempt(self, ev: Envelope[Any], failed: Failed) -> None:
+    async def _attempt(
+        self, ev: Envelope[Any], failed: Failed, scheduled: list[tuple[int, list[ScheduleWrite]]]
+    ) -> None:
         spec = self.handler_for(ev)
         for attempt in range(1, self.max_attempts + 1):
             try:
-                await self.handle(ev, spec)
+                writes = await self.handle(ev, spec)
+                if writes:
+                    scheduled.append((ev.offset, writes))
                 return
             except Rejected as exc:  # a business refusal will not change on retry
                 failed.append((ev, error_text(exc), attempt))
@@ -195,23 +230,35 @@ class _RetryingCollector(Collector):
                     await asyncio.sleep(delay)
 
     async def redo(self, ev: Envelope[Any]) -> None:
-        await self.handle(ev, self.handler_for(ev))
+        writes = await self.handle(ev, self.handler_for(ev))
+        if writes:  # stored with no checkpoint move (fenced in a leased group)
+            part = partition_of(ev.aggregate_id, self.topics[ev.topic].partitions)
+            await self.commit(ev.topic, part, None, schedules=writes)
 
 
 class MapperCollector(_RetryingCollector):
-    """Turns events into commands; deterministic command ids make redelivery harmless."""
+    """Turns events into commands; deterministic command ids make redelivery harmless.
+    Schedules it returns are stored with the batch's checkpoint."""
 
-    def __init__(self, mapper: EventMapper, resolve: LogResolver, **kw: Any) -> None:
+    def __init__(
+        self, mapper: EventMapper, resolve: LogResolver, *, clock: Clock | None = None, **kw: Any
+    ) -> None:
         super().__init__(mapper, **kw)
         self.resolve = resolve
+        self.clock = clock or SystemClock()
 
-    async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
-        """Execute the commands the mapper returns for ``ev``."""
-        out = await call(spec, ev)
-        for i, send in enumerate(as_ops(out)):
+    async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> list[ScheduleWrite]:
+        """Execute the commands the mapper returns for ``ev``; return its schedules."""
+        ops = as_ops(await call(spec, ev))
+        sends = [op for op in ops if not isinstance(op, Directive)]
+        resolve = self.resolve
+        assert resolve is not None  # a mapper is always built with its resolver
+        for i, send in enumerate(sends):
             if not isinstance(send, Send):
-                raise SpecError(f"{self.name}: mappers return rv.Send(...), got {send!r}")
-            target = self.resolve(send.target)
+                raise SpecError(
+                    f"{self.name}: mappers return rv.Send(...) or rv.Schedule(...), got {send!r}"
+                )
+            target = resolve(send.target)
             meta = Metadata(
                 correlation_id=ev.meta.correlation_id or ev.msg_id,
                 causation_id=ev.msg_id,
@@ -226,16 +273,27 @@ class MapperCollector(_RetryingCollector):
                 meta=meta,
                 command_id=command_id_for(self.name, ev.msg_id, str(i)),
             )
+        return self.scheduled(ev, ops)
 
 
 class SideEffectCollector(_RetryingCollector):
     """Runs side effects at least once; failures retry with backoff, then dead-letter."""
 
-    def __init__(self, handler: SideEffectHandler, **kw: Any) -> None:
+    def __init__(
+        self,
+        handler: SideEffectHandler,
+        *,
+        resolve: LogResolver | None = None,
+        clock: Clock | None = None,
+        **kw: Any,
+    ) -> None:
         super().__init__(handler, **kw)
         self.max_attempts = handler.max_attempts
         self.backoff = handler.backoff
+        self.resolve = resolve
+        self.clock = clock or SystemClock()
 
-    async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> None:
-        """Run the side effect for ``ev``."""
-        await call(spec, ev)
+    async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> list[ScheduleWrite]:
+        """Run the side effect for ``ev``; the schedules it returned are stored with the
+        batch (anything else it returns is ignored)."""
+        return self.scheduled(ev, as_ops(await call(spec, ev)))

@@ -2,9 +2,10 @@
 implementation (SQLite and PostgreSQL via SQLAlchemy).
 
 The ports: ``EventStore`` (the log) and ``Store`` (the log plus its facets:
-``CollectorStore``, ``LeaseStore``, ``RetentionStore``, ``RelayPositions`` and a
-``ReadModelStore`` per read model); ``SubscriptionStore`` (the gateway's subscriptions),
-``TableVersions`` and ``RebuildLog`` (the Spark hand-off) and ``StoreAdmin`` (the CLI).
+``CollectorStore``, ``LeaseStore``, ``RetentionStore``, ``RelayPositions``,
+``ScheduleStore`` and a ``ReadModelStore`` per read model); ``SubscriptionStore`` (the
+gateway's subscriptions), ``TableVersions`` and ``RebuildLog`` (the Spark hand-off) and
+``StoreAdmin`` (the CLI).
 ``open_store`` and ``open_admin`` build the SQL implementations from a URL; nothing
 outside this package names a ``Sql*`` class except where it needs SQL itself (Spark's
 JDBC reads, the SQL conformance suite), through ``require_sql``.
@@ -25,6 +26,7 @@ from .port import EventStore, Loaded, Part, Store
 from .readmodel import ReadModelStore, RowModel, RowTable, RowWriter
 from .relay import RelayPositions
 from .retention import Behind, RetentionStore
+from .schedules import ScheduleFailure, ScheduleStore, SqlScheduleStore, StoredSchedule
 from .sql import SqlEventStore
 from .subscriptions import Subscription, SubscriptionStore
 from .swap import RebuildLog, SwapWriter, TableVersions
@@ -76,13 +78,17 @@ __all__ = [
     "RowModel",
     "RowTable",
     "RowWriter",
+    "ScheduleFailure",
+    "ScheduleStore",
     "SqlCollectorStore",
     "SqlEventStore",
+    "SqlScheduleStore",
     "Store",
     "StoreAdmin",
     "StoreOptions",
     "StoreOverview",
     "StoredRow",
+    "StoredSchedule",
     "Subscription",
     "SubscriptionStore",
     "SwapWriter",

@@ -33,6 +33,7 @@ from ..errors import StoreError
 from .collector import CollectorStore, SqlCollectorStore
 from .database import Database
 from .retention import collectors_behind_sync
+from .schedules import ScheduleStore, SqlScheduleStore
 from .sql import SqlEventStore
 
 T = TypeVar("T")
@@ -108,6 +109,11 @@ class StoreAdmin(Protocol):
         ...
 
     @property
+    def schedules(self) -> ScheduleStore:
+        """Scheduled commands (pending and dead-lettered)."""
+        ...
+
+    @property
     def changes(self) -> int:
         """Commits signalled so far (see ``wait_for_change``)."""
         ...
@@ -163,6 +169,10 @@ class SqlStoreAdmin:
     @property
     def collectors(self) -> CollectorStore:
         return SqlCollectorStore(self.db)
+
+    @property
+    def schedules(self) -> ScheduleStore:
+        return SqlScheduleStore(self.db)
 
     async def overview(self) -> StoreOverview:
         return await self.db.read(self._overview_sync)

@@ -3,10 +3,11 @@
 A collector's batch commits through one call, ``CollectorStore.commit``: in ONE
 transaction it checks the lease fence (a leased member still holds the partition at its
 epoch, else ``LeaseLostError`` and nothing lands), runs the read model's handlers against
-the rows of that transaction (``apply`` gets a ``RowWriter``), records dead letters and
-moves the partition's checkpoint. Checkpoints are per (component, topic, partition): the
-last offset processed, every earlier event of that partition done. Dead letters park the
-later events of their aggregate until redriven.
+the rows of that transaction (``apply`` gets a ``RowWriter``), records dead letters,
+stores the schedules the batch's handlers returned and moves the partition's
+checkpoint. Checkpoints are per (component, topic, partition): the last offset processed,
+every earlier event of that partition done. Dead letters park the later events of their
+aggregate until redriven.
 
 Example::
 
@@ -27,9 +28,11 @@ from sqlalchemy.engine import Connection
 from ..deadletter import DeadLetter
 from ..errors import LeaseLostError
 from ..ids import now_us
+from ..scheduling import ScheduleWrite
 from .database import Database
 from .leases import holds_sync
 from .readmodel import RowTable, RowWriter
+from .schedules import write_sync
 
 Part = tuple[str, int]  # (topic, partition)
 Parked = set[tuple[str, str]]  # (topic, aggregate id)
@@ -93,10 +96,11 @@ class CollectorStore(Protocol):
         fence: tuple[Part, Fence] | None = None,
         rows: RowTable | None = None,
         apply: Apply | None = None,
+        schedules: Sequence[ScheduleWrite] = (),
     ) -> bool:
         """One transaction: the fence (``progress.fence``, or ``fence`` for a redo without
-        progress), ``apply`` on ``rows``, dead letters, the checkpoint. False (nothing
-        written) when ``apply`` returned None."""
+        progress), ``apply`` on ``rows``, dead letters, the schedules the batch's handlers
+        returned, the checkpoint. False (nothing written) when ``apply`` returned None."""
         ...
 
     async def dead_letters(self, component: str | None = None) -> list[DeadLetter]:
@@ -116,8 +120,10 @@ class SqlCollectorStore:
     """``CollectorStore`` on the SQL database (``rv_checkpoints``, ``rv_dead_letters``,
     fenced by ``rv_collector_leases``)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, on_schedules: Callable[[], None] | None = None) -> None:
         self.db = db
+        #: Called (on the event loop) after a batch that wrote schedules committed.
+        self.on_schedules = on_schedules
 
     # The statements depend on the driver's quoting and parameter style, known once the
     # database is open: built at first use.
@@ -188,6 +194,7 @@ class SqlCollectorStore:
         fence: tuple[Part, Fence] | None = None,
         rows: RowTable | None = None,
         apply: Apply | None = None,
+        schedules: Sequence[ScheduleWrite] = (),
     ) -> bool:
         def work(conn: Connection) -> bool:
             if progress is not None and progress.fence is not None:
@@ -204,6 +211,7 @@ class SqlCollectorStore:
                     return False
                 found = got
             self._record_sync(conn, component, [*failed, *found])
+            write_sync(self.db, conn, schedules)
             if progress is not None:
                 conn.exec_driver_sql(
                     self._checkpoint_sql,
@@ -211,7 +219,10 @@ class SqlCollectorStore:
                 )
             return True
 
-        return await self.db.write(work)
+        done = await self.db.write(work)
+        if done and schedules and self.on_schedules is not None:
+            self.on_schedules()  # wake this process's scheduler
+        return done
 
     def _fence_sync(self, conn: Connection, component: str, part: Part, fence: Fence) -> None:
         """Raise ``LeaseLostError`` (rolling the transaction back) unless ``fence.worker``
