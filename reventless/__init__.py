@@ -41,6 +41,7 @@ from .collect import (
 from .collect.upserts import ColumnUpserts
 from .errors import (
     AggregateNotFoundError,
+    AppendConditionError,
     BrokerError,
     CommandIdReusedError,
     ConcurrencyError,
@@ -61,6 +62,7 @@ from .handle import CollectorHandle, Projection
 from .ids import uuid7
 from .spec import Aggregate, Command, Envelope, Event, Metadata, applies, handles, upcasts
 from .store import StoreOptions
+from .tags import AppendCondition, Query, QueryItem, Tag
 from .topic import Topic
 from .topicdef import partition_of
 
@@ -114,6 +116,7 @@ __all__ = [
     "uuid7",
 ]
 __all__ += ["ColumnUpserts"]
+__all__ += ["AppendCondition", "AppendConditionError", "Query", "QueryItem", "Tag"]
 
 
 def __getattr__(name: str) -> object:

@@ -35,13 +35,14 @@ from .collect.collector import Collector
 from .collect.component import Component, EventMapper, ReadModel, SideEffectHandler
 from .collect.kinds import MapperCollector, ReadModelCollector, SideEffectCollector
 from .collect.options import CollectorOptions
+from .dcb import DcbLog
 from .deadletter import DeadLetter, RedriveReport
 from .decode import retired_models
 from .errors import MetadataError, ReventlessError, SpecError
 from .eventlog import EventLog, LogOptions
 from .handle import CollectorHandle, Projection
 from .relay import Relay
-from .spec import Aggregate, Metadata
+from .spec import Aggregate, Metadata, union_members
 from .store import ReadModelStore, Store, StoreOptions, open_store
 from .topic import Topic
 from .topicdef import TopicDef, TopicKind
@@ -221,6 +222,30 @@ class App:
         t = Topic(TopicDef(name, ts, kind, tenant, key, parts), service=self.service)
         self._declare(t)
         return t
+
+    def dcb_log(
+        self,
+        name: str,
+        *,
+        events: Any,
+        partitions: int = 1,
+        tenant: str | None = None,
+    ) -> DcbLog:
+        """Declare a DCB log: a topic of the ``events`` union (``A | B | C``) without
+        aggregate ids, read by query and appended to under a condition (``rv.DcbLog``).
+        Collectors, predicates, the relay and Spark see it like any topic. With several
+        ``partitions``, an event goes to the partition of its first tag."""
+        members = union_members(events, f"dcb_log {name!r}")
+        definition = TopicDef(
+            name,
+            TopicSchema.from_events(name, [*members, *retired_models(members)], tags=True),
+            "dcb",
+            tenant,
+            partitions=partitions,
+        )
+        log_ = DcbLog(definition, members, service=self.service)
+        self._declare(log_.topic)
+        return log_
 
     @overload
     def collect(self, component: ReadModel[R]) -> Projection[R]: ...

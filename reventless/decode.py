@@ -23,6 +23,7 @@ from .codec import (
     PRODUCED_AT_AT,
     ROW_IDX_AT,
     SCHEMA_VERSION_AT,
+    TAGS_COLUMN,
     TENANT_AT,
     TYPE_AT,
     VERSION_AT,
@@ -65,7 +66,7 @@ def upcast(schema: TopicSchema, event_type: str, version: int, values: Sequence[
         )
     data: dict[str, Any] = {}
     for col, value in zip(schema.columns, values, strict=True):
-        if value is None:
+        if value is None or col.name == TAGS_COLUMN:  # tags are no event field
             continue
         if col.sql_kind == "json" and isinstance(value, str):
             value = json.loads(value)
@@ -99,11 +100,29 @@ def _meta_of(row: StoredRow) -> Metadata:
     return meta
 
 
+_TAGS_CACHE: dict[str, tuple[str, ...]] = {"[]": ()}
+
+
+def tags_of(text: str | None) -> tuple[str, ...]:
+    """The tags of a stored row's tags column (its JSON text)."""
+    if not text:
+        return ()
+    tags = _TAGS_CACHE.get(text)
+    if tags is None:
+        # Events of one decision share their tags: reuse the tuple (bounded like the meta)
+        if len(_TAGS_CACHE) >= 4096:
+            _TAGS_CACHE.clear()
+            _TAGS_CACHE["[]"] = ()
+        tags = _TAGS_CACHE[text] = tuple(json.loads(text))
+    return tags
+
+
 _tuple_new = tuple.__new__
 
 
 def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any]:
     """Decode one stored row into an ``Envelope`` (raises ``UnknownEventTypeError``)."""
+    tags_at = schema.tags_at
     # tuple.__new__ skips the named tuple's Python-level __new__ (hot path).
     fields = (
         decode_row(schema, row),
@@ -117,5 +136,6 @@ def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any
         _meta_of(row),
         row[SCHEMA_VERSION_AT],
         row[ROW_IDX_AT],
+        () if tags_at is None else tags_of(row[tags_at]),
     )
     return _tuple_new(Envelope, fields)

@@ -66,6 +66,35 @@ class ConcurrencyError(ReventlessError):
         )
 
 
+class AppendConditionError(ConcurrencyError):
+    """An append's condition failed: an event matching ``query`` exists at ``position``
+    (after the condition's ``after``); nothing from this append landed.
+
+    Example::
+
+        try:
+            await courses.append([StudentSubscribed(...)], condition=cond)
+        except rv.AppendConditionError as e:
+            print(e.position)  # read again from there and decide again
+    """
+
+    def __init__(self, topic: str, query: Any, after: int, position: int) -> None:
+        self.topic = topic
+        self.aggregate_id = None
+        self.expected_version = None
+        self.query = query
+        self.after = after
+        self.position = position
+        ReventlessError.__init__(
+            self,
+            f"append condition failed on {topic}: an event matching the query exists at "
+            f"position {position} (after {after})",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (AppendConditionError, (self.topic, self.query, self.after, self.position))
+
+
 class CommandIdReusedError(ReventlessError):
     """A command id that already landed on one aggregate was sent for another; nothing ran."""
 

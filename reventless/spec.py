@@ -370,6 +370,7 @@ class Envelope(NamedTuple, Generic[E]):
     """One stored event with its log coordinates and metadata (immutable).
 
     ``event`` is the decoded pydantic event (or a row dict for schema-only topics).
+    ``tags`` are the event's tags (topics whose events declare tags, and DCB logs).
     A named tuple: built once per delivered event, so it must be cheap to make.
     """
 
@@ -384,6 +385,7 @@ class Envelope(NamedTuple, Generic[E]):
     meta: Metadata = _NO_META
     schema_version: int = 1
     row_idx: int = 0
+    tags: tuple[str, ...] = ()
 
     @property
     def produced_at(self) -> datetime:

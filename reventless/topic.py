@@ -153,6 +153,8 @@ class Topic:
         """
         if self.definition.kind == "aggregate":
             raise StoreError(f"{self.name!r} is an aggregate topic: use EventLog.execute/append")
+        if self.definition.kind == "dcb":
+            raise StoreError(f"{self.name!r} is a DCB log: use DcbLog.append/execute")
         meta = meta or _EMPTY_META
         tenant = self._check_tenant(meta.tenant)
         fields = self.schema.encode_rows(data)

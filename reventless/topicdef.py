@@ -11,7 +11,8 @@ from typing import Any, Literal
 from .codec import TopicSchema
 from .errors import SpecError
 
-TopicKind = Literal["aggregate", "model", "arrow"]
+#: ``dcb``: a DCB log (many event types, no aggregate ids, tags; ``reventless.dcb``).
+TopicKind = Literal["aggregate", "model", "arrow", "dcb"]
 
 
 @dataclass(frozen=True, slots=True)

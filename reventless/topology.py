@@ -27,6 +27,7 @@ from .collect.groups import group_name as lease_group
 from .collect.options import CollectorOptions
 from .collect.where import compile_where, narrow, wanted_types
 from .errors import SpecError
+from .spec import Event as SpecEvent
 from .topicdef import TopicDef
 
 if TYPE_CHECKING:
@@ -126,8 +127,10 @@ class Topology:
         topics = app.topics
         logs = {
             name: app.log_for(name).spec.event_classes
-            for name, t in topics.items()
             if t.definition.kind == "aggregate"
+            else _events_of(t.definition)
+            for name, t in topics.items()
+            if t.definition.kind in ("aggregate", "dcb")
         }
         return cls.build(
             {name: t.definition for name, t in topics.items()},
@@ -191,7 +194,8 @@ class Topology:
         infrastructure synthesis declares); raises ``SpecError`` if one is inconsistent."""
         topics: dict[str, tuple[int, frozenset[str]]] = {}
         for name, d in self.topics.items():
-            types = frozenset(d.schema.event_types) if d.kind == "aggregate" else frozenset()
+            typed = d.kind in ("aggregate", "dcb")
+            types = frozenset(d.schema.event_types) if typed else frozenset()
             topics[name] = (d.partitions, types)
         collectors: list[CollectorChannel] = []
         for name, comp in self.components.items():
@@ -225,6 +229,11 @@ class Topology:
             )
             for m in range(o.members)
         ]
+
+
+def _events_of(topic: TopicDef) -> tuple[type[Event], ...]:
+    """The event classes of a DCB log's topic (its schema's models)."""
+    return tuple(m for m in topic.schema.event_types.values() if issubclass(m, SpecEvent))
 
 
 def _compile(

@@ -38,7 +38,7 @@ from .columns import (
     Column,
     SqlKind,
 )
-from .schema import TopicSchema
+from .schema import TAGS_COLUMN, TAGS_TYPE, TopicSchema
 
 __all__ = [
     "AGGREGATE_AT",
@@ -53,6 +53,8 @@ __all__ = [
     "PRODUCED_AT_AT",
     "ROW_IDX_AT",
     "SCHEMA_VERSION_AT",
+    "TAGS_COLUMN",
+    "TAGS_TYPE",
     "TENANT_AT",
     "TYPE_AT",
     "VERSION_AT",

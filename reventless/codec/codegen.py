@@ -20,6 +20,7 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.fields import FieldInfo
 
 from ..errors import SchemaMismatchError
+from ..tags import Tag
 from .arrow import _LEAVES, _ColCodec
 from .columns import _HI, _LO, Column, _Conv, _dt_text, _loads, _td_micros, _time_text
 
@@ -183,7 +184,8 @@ def plain_type(info: FieldInfo) -> tuple[type, bool] | None:
         rest = [a for a in typing.get_args(ann) if a is not type(None)]
         nullable = len(rest) < len(typing.get_args(ann))
         ann = rest[0] if len(rest) == 1 else None
-    if info.metadata or ann not in (str, int, float, bool):
+    # a Tag marker names the field's tag and constrains nothing
+    if any(not isinstance(m, Tag) for m in info.metadata) or ann not in (str, int, float, bool):
         return None
     return ann, nullable
 

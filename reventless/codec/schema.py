@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from ..errors import SchemaMismatchError, SpecError, UnknownEventTypeError
 from ..spec import Event, check_field_names, union_members
+from ..tags import event_tags, tag_fields
 from .arrow import (
     _ARROW_ERRORS,
     _arrow_kind,
@@ -28,7 +29,7 @@ from .arrow import (
     _type_text,
 )
 from .codegen import _Fn, _model_decoder, _model_encoder, _Plan, _row_codecs, _slot
-from .columns import _ENC, META_FIELDS, META_SQL_KINDS, Column, _dumps
+from .columns import _ENC, FIELDS_AT, META_FIELDS, META_SQL_KINDS, Column, _dumps
 from .typemap import _complete, _map_ann
 
 
@@ -66,6 +67,31 @@ def _plan(
     return list(columns.values()), plans
 
 
+#: The column of an event's tags (topics whose events declare tags, and DCB logs): a JSON
+#: list of strings in SQL, ``list<string>`` in Arrow, after the field columns.
+TAGS_COLUMN = "_tags"
+TAGS_TYPE = pa.list_(pa.field("element", pa.string(), False))
+
+
+def _tags_column() -> Column:
+    return Column(TAGS_COLUMN, TAGS_TYPE, "json", False)
+
+
+def _tagging(encode: _Fn, model: type[BaseModel]) -> _Fn:
+    """``encode`` with the tags column (its last value) filled from the ``Tag`` fields."""
+    if not tag_fields(model):
+
+        def untagged(obj: Any) -> tuple[Any, ...]:
+            return (*encode(obj)[:-1], "[]")
+
+        return untagged
+
+    def tagged(obj: Any) -> tuple[Any, ...]:
+        return (*encode(obj)[:-1], _dumps(event_tags(obj)))
+
+    return tagged
+
+
 class TopicSchema:
     """A topic's typed schema (SQL columns and Arrow schema) with precompiled codecs.
 
@@ -91,6 +117,13 @@ class TopicSchema:
         if len(set(names)) != len(names):
             raise SpecError(f"topic {name!r}: duplicate column names in {names}")
         self.name, self.columns, what = name, tuple(columns), f"topic {name!r}"
+        tagged = bool(columns) and columns[-1].name == TAGS_COLUMN
+        if tagged and (
+            columns[-1].nullable or _type_text(columns[-1].arrow_type) != _type_text(TAGS_TYPE)
+        ):
+            raise SpecError(f"{what}: column {TAGS_COLUMN!r} must be a NOT NULL list<string>")
+        #: Where the tags column sits in a stored row (None: the topic has no tags).
+        self.tags_at: int | None = FIELDS_AT + len(columns) - 1 if tagged else None
         fields = [
             pa.field(
                 c.name,
@@ -118,6 +151,10 @@ class TopicSchema:
             )
             for etype, model, slots in plans or ()
         }
+        if tagged and plans is not None:  # the generated encoders leave the tags column None
+            for etype, model, _ in plans:
+                enc, dec = self._models[etype]
+                self._models[etype] = (_tagging(enc, model), dec)
         fc = self._codecs[len(META_FIELDS) :]
         self._rows = _row_codecs(what, self.columns, fc) if plans is None else None
         self.event_types = types.MappingProxyType({t: m for t, m, _ in plans or ()})
@@ -127,16 +164,23 @@ class TopicSchema:
         )
 
     @classmethod
-    def from_events(cls, name: str, events: Sequence[type[Event]]) -> TopicSchema:
+    def from_events(
+        cls, name: str, events: Sequence[type[Event]], *, tags: bool = False
+    ) -> TopicSchema:
         """Topic of an event union: one column per field name, all nullable.
 
         Events are ordered by ``event_type``, fields by declaration; a field name shared by
-        several events shares one column if the types agree, else ``SpecError``.
+        several events shares one column if the types agree, else ``SpecError``. If an
+        event declares ``Tag`` fields, or ``tags`` is True (a DCB log), the ``_tags``
+        column follows the fields; encoders fill it from the ``Tag`` fields.
         """
         members = sorted(
             union_members(tuple(events), f"topic {name!r}"), key=lambda e: e.event_type
         )
-        return cls(name, *_plan(name, [(e.event_type, e) for e in members], union=True))
+        columns, plans = _plan(name, [(e.event_type, e) for e in members], union=True)
+        if tags or any(tag_fields(e) for e in members):
+            columns.append(_tags_column())
+        return cls(name, columns, plans)
 
     @classmethod
     def from_model(cls, name: str, model: type[BaseModel]) -> TopicSchema:
@@ -148,7 +192,10 @@ class TopicSchema:
     @classmethod
     def from_arrow(cls, name: str, schema: pa.Schema) -> TopicSchema:
         """Schema-only topic: columns, types and nullability from ``schema``; rows are dicts."""
-        check_field_names(f"topic {name!r}", schema.names)
+        # a stored schema read back (catalogs, Spark) keeps its tags column
+        check_field_names(f"topic {name!r}", [n for n in schema.names if n != TAGS_COLUMN])
+        if TAGS_COLUMN in schema.names[:-1]:
+            raise SpecError(f"topic {name!r}: {TAGS_COLUMN!r} must be the last column")
         kind = partial(_arrow_kind, where=f"topic {name!r}")
         return cls(
             name, [Column(f.name, f.type, kind(f.type, _enc(f)), f.nullable) for f in schema], None

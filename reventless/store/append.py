@@ -28,7 +28,9 @@ from itertools import chain
 from typing import Any
 
 from ..errors import ConcurrencyError
+from ..tags import AppendCondition
 from .database import Database
+from .tagindex import TagIndex
 
 #: Bound parameters per statement: SQLite's historical limit (999) keeps any build safe.
 _MAX_VARIABLES = 999
@@ -52,6 +54,9 @@ class AppendRequest:
     aggregate_id: str | None = None
     expected_version: int | None = None
     command_id: str | None = None
+    #: Fail (``AppendConditionError``, nothing lands) if an event matching the condition's
+    #: query exists after its position (DCB logs; checked in the appending transaction).
+    condition: AppendCondition | None = None
 
 
 @dataclass(slots=True)
@@ -67,12 +72,14 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class TableInfo:
-    """What the appender needs to know about a topic's table."""
+    """What the appender needs to know about a topic's table (and its tag index, if the
+    topic's events carry tags: written by ``_insert`` in the same transaction)."""
 
     table: str
     columns: tuple[str, ...]
     pg_types: tuple[str, ...]
     insert_sql: str
+    tags: TagIndex | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,10 +210,18 @@ class Appender:
         return int(cur.fetchone()[0] or 0) + 1
 
     def _insert(self, cur: Any, topic: str, rows: list[StoredRow]) -> None:
-        sql = self.table_of(topic).insert_sql
+        info = self.table_of(topic)
+        sql = info.insert_sql
         if len(rows) == 1:  # a lone command's event: the per-command hot path
             cur.execute(sql, rows[0])
-            return
+        else:
+            self._insert_many(cur, sql, rows)
+        if info.tags is not None:  # after the rows: a version clash is reported as such
+            index = info.tags.rows(rows)
+            if index:
+                cur.executemany(info.tags.insert_sql, index)
+
+    def _insert_many(self, cur: Any, sql: str, rows: list[StoredRow]) -> None:
         per = max(1, _MAX_VARIABLES // len(rows[0]))
         if len(rows) < 2 * per:
             cur.executemany(sql, rows)

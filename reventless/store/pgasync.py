@@ -37,6 +37,7 @@ from .append import (
     place,
 )
 from .database import Database
+from .dcb import guarded, pg_guard
 
 #: Up to this many rows, one statement reserves the offsets and inserts (a CTE).
 _CTE_ROWS = 16
@@ -85,6 +86,13 @@ class AsyncAppender:
         try:
             cur = aconn.cursor()
             req = reqs[0]
+            if len(reqs) == 1 and guarded(req, info := self.table_of(req.topic)):
+                try:  # a DCB append: its lock keys and condition first (dcb.py)
+                    async with aconn.transaction():
+                        await pg_guard(cur, self.db, info, req)
+                        return [await self._one(cur, req)]
+                except DuplicateCommand:
+                    return [AppendResult(req.topic, 0, -1, duplicate=True)]
             if len(reqs) == 1 and req.command_id is None and len(req.rows) <= _CTE_ROWS:
                 return [await self._lone(cur, req)]  # one atomic statement
             if len(reqs) == 1:
@@ -130,13 +138,25 @@ class AsyncAppender:
         info = self.table_of(topic)
         if len(rows) < _COPY_ROWS:
             await cur.executemany(info.insert_sql, rows)
-            return
-        q = self.db.q
-        cols = ", ".join(q(c) for c in info.columns)
-        async with cur.copy(f"COPY {q(info.table)} ({cols}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(info.pg_types)
-            for row in rows:
-                await copy.write_row(row)
+        else:
+            q = self.db.q
+            cols = ", ".join(q(c) for c in info.columns)
+            sql = f"COPY {q(info.table)} ({cols}) FROM STDIN (FORMAT BINARY)"
+            async with cur.copy(sql) as copy:
+                copy.set_types(info.pg_types)
+                for row in rows:
+                    await copy.write_row(row)
+        if info.tags is not None:  # the tag index, in the same transaction
+            index = info.tags.rows(rows)
+            if len(index) < _COPY_ROWS:
+                if index:
+                    await cur.executemany(info.tags.insert_sql, index)
+                return
+            sql = f"COPY {info.tags.quoted} (tag, _offset, _type) FROM STDIN (FORMAT BINARY)"
+            async with cur.copy(sql) as copy:
+                copy.set_types(("text", "int8", "text"))
+                for row in index:
+                    await copy.write_row(row)
 
     def _cte_sql(self, info: TableInfo, n: int) -> str:
         """Reserve ``n`` offsets and insert ``n`` rows in one statement."""
@@ -160,8 +180,12 @@ class AsyncAppender:
     async def _lone(self, cur: Any, req: AppendRequest) -> AppendResult:
         n = len(req.rows)
         params = (req.topic, *(v for r in req.rows for v in r))
+        info = self.table_of(req.topic)
+        sql = self._cte_sql(info, n)
+        if info.tags is not None:  # the tag index rows in the same statement
+            sql = info.tags.pg_cte(sql)
         try:
-            await cur.execute(self._cte_sql(self.table_of(req.topic), n), params)
+            await cur.execute(sql, params)
         except self.db.integrity_errors:
             raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
         got = await cur.fetchall()

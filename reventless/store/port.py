@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from ..tags import Query
 from ..topicdef import TopicDef
 from .append import AppendRequest, AppendResult, CommandRecord, StoredRow
 from .collector import CollectorStore
@@ -75,7 +76,8 @@ class EventStore(Protocol):
         ...
 
     async def append(self, request: AppendRequest) -> AppendResult:
-        """Append rows in one transaction; raise ``ConcurrencyError`` on a version clash."""
+        """Append rows in one transaction; raise ``ConcurrencyError`` on a version clash,
+        ``AppendConditionError`` when the request's condition fails."""
         ...
 
     async def find_command(self, command_id: str) -> CommandRecord | None:
@@ -106,6 +108,13 @@ class EventStore(Protocol):
     ) -> tuple[list[StoredRow], int]:
         """``read`` of the rows a compiled predicate clause keeps, and the last offset the
         read covered (filtered-out rows still move a checkpoint)."""
+        ...
+
+    async def read_query(
+        self, topic: str, query: Query, *, after: int = 0, limit: int | None = None
+    ) -> list[StoredRow]:
+        """Rows matching ``query`` (by type and tag) at positions after ``after``, in offset
+        order, at most ``limit`` (read through indexes)."""
         ...
 
     def stream(

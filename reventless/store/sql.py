@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 from ..codec import META_NAMES, META_SQL_KINDS
 from ..errors import SchemaMismatchError, StoreError
 from ..ids import now_us
+from ..tags import Query
 from ..topicdef import TopicDef
 from . import tables
 from .append import (
@@ -38,11 +39,13 @@ from .append import (
 from .collector import SqlCollectorStore
 from .commands import CommandLookup
 from .database import Database
+from .dcb import DcbAppends, guarded, read_query
 from .ddl import PG_TYPES, evolve, topic_table
 from .leases import SqlLeaseStore
 from .readmodel import RowModel, SqlReadModelTable
 from .relay import SqlRelayPositions
 from .retention import SqlRetentionStore
+from .tagindex import TagIndex, create_tag_index, drop_tag_index
 
 if TYPE_CHECKING:
     from .pgasync import AsyncAppender
@@ -88,6 +91,8 @@ class SqlEventStore:
         self.known_heads: dict[str, int] = {}
         self._appender = Appender(db, lambda topic: self._entry(topic).info)
         self._async: AsyncAppender | None = None
+        #: Conditional appends and appends to DCB logs (``dcb.py``).
+        self._dcb = DcbAppends(db, lambda topic: self._entry(topic).info, self._appender, None)
         self._changed = asyncio.Event()
         self._commands = CommandLookup(db)
         #: Commits signalled so far (own appends, NOTIFYs): see ``wait_for_change``.
@@ -120,6 +125,12 @@ class SqlEventStore:
             from .pgasync import AsyncAppender
 
             self._async = AsyncAppender(self.db, lambda topic: self._entry(topic).info, self.db.url)
+            self._dcb = DcbAppends(
+                self.db,
+                lambda topic: self._entry(topic).info,
+                self._appender,
+                lambda: AsyncAppender(self.db, lambda topic: self._entry(topic).info, self.db.url),
+            )
         self._changed = asyncio.Event()
 
     def _create_tables(self, conn: Connection) -> None:
@@ -161,6 +172,7 @@ class SqlEventStore:
         if self._async is not None:
             await self._async.close()
             self._async = None
+        await self._dcb.close()
         await self.db.close()
 
     # -- topics ----------------------------------------------------------------------------
@@ -177,6 +189,7 @@ class SqlEventStore:
             insert_sql=(
                 f"INSERT INTO {q(table)} ({col_list}) VALUES ({self.db.placeholders(len(names))})"
             ),
+            tags=TagIndex.of(self.db, topic, table),
         )
         self._topics[topic.name] = _TopicTable(
             topic=topic, info=info, select_sql=f"SELECT {col_list} FROM {q(table)}"
@@ -200,6 +213,7 @@ class SqlEventStore:
             ).first()
             if row is None:
                 table.create(conn)
+                create_tag_index(self.db, conn, topic, table.name)
                 conn.execute(
                     tables.topics.insert().values(
                         name=topic.name,
@@ -226,6 +240,7 @@ class SqlEventStore:
                 )
             if row.fingerprint != schema.fingerprint:
                 evolve(self.db, conn, topic, row.table_name)
+                create_tag_index(self.db, conn, topic, row.table_name)
                 conn.execute(
                     tables.topics.update()
                     .where(tables.topics.c.name == topic.name)
@@ -248,6 +263,7 @@ class SqlEventStore:
 
         def work(conn: Connection) -> None:
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {self.db.q(t.table)}")
+            drop_tag_index(self.db, conn, topic_name)
             conn.execute(tables.topics.delete().where(tables.topics.c.name == topic_name))
 
         await self.db.write(work)
@@ -269,8 +285,13 @@ class SqlEventStore:
     # -- appending -------------------------------------------------------------------------
 
     async def append(self, request: AppendRequest) -> AppendResult:
-        """Queue ``request`` for the next group commit and wait for its outcome."""
-        self._entry(request.topic)
+        """Queue ``request`` for the next group commit and wait for its outcome.
+
+        A request with a condition, or to a DCB log, is its own transaction (``dcb.py``):
+        ``AppendConditionError`` when the condition fails (nothing lands)."""
+        entry = self._entry(request.topic)
+        if guarded(request, entry.info):
+            return self._committed(await self._dcb.append(request))
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[AppendResult] = loop.create_future()
         self._pending.append((request, fut))
@@ -324,6 +345,19 @@ class SqlEventStore:
                         log.exception("commit listener failed")
         finally:
             self._drainer = None
+
+    def _committed(self, out: AppendResult) -> AppendResult:
+        """What ``_drain`` does after a commit, for an append of the DCB path."""
+        if not out.duplicate:
+            if out.last_offset > self.known_heads.get(out.topic, 0):
+                self.known_heads[out.topic] = out.last_offset
+            self._signal()
+        for listener in self.commit_listeners:
+            try:
+                listener([] if out.duplicate else [out])
+            except Exception:  # a listener must never fail a commit
+                log.exception("commit listener failed")
+        return out
 
     async def find_command(self, command_id: str) -> CommandRecord | None:
         """Where the append that carried ``command_id`` landed; None if none has."""
@@ -398,6 +432,16 @@ class SqlEventStore:
             return rows, (rows[-1][0] if len(rows) >= limit else int(last))
 
         return await self.db.read(work)
+
+    async def read_query(
+        self, topic: str, query: Query, *, after: int = 0, limit: int | None = None
+    ) -> list[StoredRow]:
+        """The rows of ``topic`` matching ``query`` at positions after ``after``, in offset
+        order (at most ``limit``), read through the tag and type indexes (``dcb.py``)."""
+        entry = self._entry(topic)
+        return await read_query(
+            self.db, entry.select_sql, entry.info, query, after=after, limit=limit
+        )
 
     def stream(
         self, topic: str, from_offset: int, page_size: int, *, upto: int | None = None

@@ -1,0 +1,12 @@
+"""Dynamic consistency boundaries: DCB logs (read by query, append under a condition).
+
+Example::
+
+    courses = app.dcb_log("courses", events=CourseDefined | StudentSubscribed)
+"""
+
+from __future__ import annotations
+
+from .log import DcbLog
+
+__all__ = ["DcbLog"]
