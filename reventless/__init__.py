@@ -39,6 +39,7 @@ from .collect import (
     Upsert,
 )
 from .collect.upserts import ColumnUpserts
+from .dcb import DcbLog, DecideOptions, Decider, DecisionModel, DecisionResult, folds
 from .errors import (
     AggregateNotFoundError,
     AppendConditionError,
@@ -117,6 +118,7 @@ __all__ = [
 ]
 __all__ += ["ColumnUpserts"]
 __all__ += ["AppendCondition", "AppendConditionError", "Query", "QueryItem", "Tag"]
+__all__ += ["DcbLog", "DecideOptions", "Decider", "DecisionModel", "DecisionResult", "folds"]
 
 
 def __getattr__(name: str) -> object:

@@ -7,6 +7,9 @@ Example::
 
 from __future__ import annotations
 
+from .decider import Decider
+from .decision import DecisionModel, folds
+from .execute import DecideOptions, DecisionResult
 from .log import DcbLog
 
-__all__ = ["DcbLog"]
+__all__ = ["DcbLog", "DecideOptions", "Decider", "DecisionModel", "DecisionResult", "folds"]

@@ -31,8 +31,8 @@ Example::
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from ..codec import TopicSchema
 from ..decode import envelope_of
@@ -44,16 +44,20 @@ from ..errors import (
     TenantError,
 )
 from ..ids import now_us, uuid7_strs
-from ..spec import Envelope, Event, Metadata
+from ..spec import Command, Envelope, Event, Metadata
 from ..store.append import AppendRequest, AppendResult, CommandRecord
 from ..store.port import Store
 from ..tags import AppendCondition, Query, check_tag
 from ..topic import Topic
 from ..topicdef import TopicDef, partition_of, stored_rows
+from .decider import Decider, ModelSource
+from .execute import DecideOptions, DecisionResult, execute
 
 __all__ = ["DcbLog", "Tags"]
 
 _EMPTY_META = Metadata()
+C = TypeVar("C", bound=Command)
+_F = TypeVar("_F", bound=Callable[..., Any])
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 #: Extra tags of an append: one list for every event, or one list per event.
@@ -160,7 +164,7 @@ class DcbLog:
             fields = self._encoders[type(e)](e)
             tags: list[str] = json.loads(fields[-1]) if fields[-1] != "[]" else []
             if extra is not None and extra[i]:
-                tags += [t for t in extra[i] if t not in tags]
+                tags = list(dict.fromkeys([*tags, *extra[i]]))  # each tag once
                 fields = (*fields[:-1], _dumps(tags))
             # no aggregate ids: with several partitions, an event goes by its first tag
             key = tags[0] if tags and parts > 1 else None
@@ -234,3 +238,52 @@ class DcbLog:
             return AppendResult(self.name, 0, -1, duplicate=True)
         rows = await self.store.read(self.name, first, last - first + 1, upto=last)
         return AppendResult(self.name, first, last, rows, duplicate=True)
+
+    # -- decisions (reventless.dcb.decider and .execute) ------------------------------------
+
+    @property
+    def decider(self) -> Decider:
+        """The log's command handlers (``decides``, ``include``; pure, no I/O)."""
+        found = self.__dict__.get("_decider")
+        if found is None:
+            found = self.__dict__["_decider"] = Decider(self.event_classes, name=self.name)
+        return found
+
+    def decides(self, command: type[C], **models: ModelSource[C]) -> Callable[[_F], _F]:
+        """Register the decorated function as the handler of ``command`` on this log; each
+        keyword names a decision model it receives folded (``Decider.decides``).
+
+        Example::
+
+            @courses.decides(SubscribeStudent, capacity=CourseCapacity)
+            def subscribe(cmd: SubscribeStudent, capacity: int | None) -> StudentSubscribed:
+                ...
+        """
+        return self.decider.decides(command, **models)
+
+    def include(self, decider: Decider) -> None:
+        """Take in the handlers of a ``Decider`` declared over (some of) this log's events."""
+        self.decider.include(decider)
+
+    async def execute(
+        self,
+        command: Command,
+        *,
+        meta: Metadata | None = None,
+        command_id: str | None = None,
+        options: DecideOptions | None = None,
+    ) -> DecisionResult:
+        """Decide ``command``: read the union of its models' queries once, fold each model
+        on its own events, run the handler, append under the derived condition; on a
+        conflict read what landed since and decide again (backoff with jitter).
+
+        ``rv.Rejected`` reaches the caller and nothing lands. A ``command_id`` that landed
+        before returns the original result (``duplicate=True``) without deciding.
+
+        Example::
+
+            res = await courses.execute(SubscribeStudent(student_id="s1", course_id="c1"))
+        """
+        return await execute(
+            self, self.decider, command, meta=meta, command_id=command_id, options=options
+        )

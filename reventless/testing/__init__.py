@@ -24,11 +24,20 @@ from ..collect.component import Delete, EventMapper, ReadModel, Send, Upsert, as
 from ..errors import Rejected
 from ..ids import now_us, uuid7_str
 from ..spec import Aggregate, Command, Envelope, Event, Metadata
+from .dcb import fold_model, given_dcb, tagged
 
 A = TypeVar("A", bound=Aggregate)
 R = TypeVar("R", bound=BaseModel)
 
-__all__ = ["envelope", "given", "given_event", "given_events"]
+__all__ = [
+    "envelope",
+    "fold_model",
+    "given",
+    "given_dcb",
+    "given_event",
+    "given_events",
+    "tagged",
+]
 
 _offsets = itertools.count(1)
 
