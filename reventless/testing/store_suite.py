@@ -16,7 +16,7 @@ import asyncio
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -69,6 +69,12 @@ class Account(rv.Aggregate):
     @rv.applies(Withdrawn)
     def _wd(self, e: Withdrawn) -> None:
         self.balance -= e.amount
+
+
+class Claimed(rv.Event):
+    """A DCB log's event: its ``who`` field is a tag (``user:<who>``)."""
+
+    who: Annotated[str, rv.Tag("user")]
 
 
 class Price(BaseModel):
@@ -395,6 +401,7 @@ class StoreConformance:
         app = rv.App(store=store_url, broker=broker)
         app.event_log(Account)
         app.topic("cdc.orders", schema=CDC_SCHEMA)
+        app.dcb_log("claims", events=Claimed)
         broker.set_available(False)
         with pytest.raises(rv.BrokerError):
             await app.start()
@@ -408,7 +415,7 @@ class StoreConformance:
         finally:
             await check.store.close()
         if names:  # an in-memory store vanishes with its App; a file must be clean
-            assert not [n for n in names if n.startswith("ev_")] and topics == []
+            assert not [n for n in names if n.startswith(("ev_", "tg_"))] and topics == []
 
     async def test_reopening_checks_the_stored_schema(self, file_url: str) -> None:
         app = rv.App(store=file_url)
@@ -432,3 +439,25 @@ class StoreConformance:
             await app.start()
         with pytest.raises(rv.StoreError):
             rv.App(store="nosuchdb://x")
+
+    async def test_dcb_query_and_condition(self, store_url: str) -> None:
+        app = rv.App(store=store_url)
+        claims = app.dcb_log("claims", events=Claimed)
+        async with app:
+            await claims.append([Claimed(who="ada"), Claimed(who="bob")], tags=["x:1"])
+            ada = rv.Query.of(types=[Claimed], tags=["user:ada"])
+            [env] = await claims.read(ada)
+            assert (env.offset, env.tags) == (1, ("user:ada", "x:1"))
+            assert [e.offset for e in await claims.read(rv.Query.of(tags=["x:1"]), after=1)] == [2]
+            table, tags = sql_store(app).table_of("claims"), "tg_claims"
+            before = await sql_rows(app, f"SELECT * FROM {table}")
+            index = await sql_rows(app, f"SELECT tag, _offset FROM {tags} ORDER BY 2, 1")
+            assert index == [("user:ada", 1), ("x:1", 1), ("user:bob", 2), ("x:1", 2)]
+            with pytest.raises(rv.AppendConditionError) as failed:
+                await claims.append([Claimed(who="ada")], condition=rv.AppendCondition(ada))
+            assert failed.value.position == 1
+            assert await sql_rows(app, f"SELECT * FROM {table}") == before  # nothing landed
+            assert len(await sql_rows(app, f"SELECT * FROM {tags}")) == 4
+            res = await claims.append([Claimed(who="ada")], condition=rv.AppendCondition(ada, 1))
+            assert res.first_offset == 3
+            await assert_gapless(app, "claims")
