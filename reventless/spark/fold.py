@@ -59,7 +59,8 @@ class RebuildError(ReventlessError):
         return cls(detail, topic, int(offset), etype)
 
 
-Recipe = tuple[str, str, Any]  # (kind, topic name, spec class | model class | schema bytes)
+#: (kind, topic name, spec class | event classes | model class | schema bytes)
+Recipe = tuple[str, str, Any]
 
 
 @lru_cache(maxsize=64)
@@ -69,15 +70,21 @@ def schema_of(recipe: Recipe) -> TopicSchema:
     if kind == "events":
         events = what.event_classes
         return TopicSchema.from_events(name, [*events, *retired_models(events)])
+    if kind == "union":  # a DCB log: many event types, always tagged
+        return TopicSchema.from_events(name, [*what, *retired_models(what)], tags=True)
     if kind == "model":
         return TopicSchema.from_model(name, what)
     return TopicSchema.from_arrow(name, pa.ipc.read_schema(pa.py_buffer(what)))
 
 
 def recipe_of(name: str, schema: TopicSchema, spec: type[Aggregate] | None) -> Recipe:
-    """How an executor rebuilds ``schema`` (aggregate topic, model topic or Arrow topic)."""
+    """How an executor rebuilds ``schema`` (aggregate topic, DCB log, model topic or Arrow
+    topic)."""
     if spec is not None:
         return ("events", name, spec)
+    if schema.tags_at is not None and schema.event_types:
+        current = tuple(m for t, m in schema.event_types.items() if not t.endswith("@retired"))
+        return ("union", name, current)
     if schema.event_types:
         return ("model", name, next(iter(schema.event_types.values())))
     fields = pa.schema(list(schema.arrow_schema)[-len(schema.columns) :] if schema.columns else [])

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from ..dcb import DcbLog
 from ..errors import SpecError
 from ..store import SqlEventStore, Store, require_sql
 from ..topic import Topic
@@ -79,19 +80,21 @@ async def log_frame(
 
 
 async def read_log(
-    topic: Topic,
+    topic: Topic | DcbLog,
     *,
     spark: SparkSession | None = None,
     upto: int | None = None,
     source: Source = "auto",
     workdir: str | Path | None = None,
 ) -> DataFrame:
-    """The log of a built topic (or EventLog) up to ``upto`` (default: its head) as a
+    """The log of a built topic (an EventLog, a DCB log) up to ``upto`` (default: its head) as a
     typed DataFrame. Parquet segments are exported incrementally first (only offsets
     not exported before); ``source="jdbc"`` reads PostgreSQL directly. ``time`` and
     ``timedelta`` fields are int64 microseconds on the Spark side (see ``arrow.py``)."""
     from .session import session
 
+    if isinstance(topic, DcbLog):
+        topic = topic.topic
     head = await topic.head() if upto is None else upto
     return await log_frame(
         spark or session(),
