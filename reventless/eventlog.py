@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import random
 import uuid
 from collections import OrderedDict
@@ -31,6 +32,7 @@ from .errors import (
     AggregateNotFoundError,
     CommandIdReusedError,
     ConcurrencyError,
+    MetadataError,
     Rejected,
     StoreError,
 )
@@ -38,11 +40,13 @@ from .ids import now_us, uuid7_str, uuid7_strs
 from .scheduling import Clock, ScheduleWrite, SystemClock, schedule_writes, to_us
 from .spec import Aggregate, Command, Directive, Event, Metadata
 from .store.append import AppendRequest, AppendResult, CommandRecord
+from .tags import check_tag
 from .topic import Topic
 from .topicdef import TopicDef, partition_of, stored_rows
 
 A = TypeVar("A", bound=Aggregate)
 _EMPTY_META = Metadata()
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +210,7 @@ class EventLog(Topic, Generic[A]):
         expected_version: int,
         meta: Metadata | None = None,
         command_id: str | None = None,
+        tags: Iterable[str] = (),
     ) -> AppendResult:
         """Append ``events`` after ``expected_version`` in one transaction.
 
@@ -213,6 +218,7 @@ class EventLog(Topic, Generic[A]):
         With a ``command_id`` that landed before, nothing is appended and the result is
         the original one (``duplicate=True``, its offsets and stored rows), whatever the
         ``expected_version``; ``CommandIdReusedError`` if it landed on another aggregate.
+        ``tags`` adds tags to every event's own (a log whose events declare ``Tag`` fields).
         """
         meta = meta or _EMPTY_META
         tenant = self._check_tenant(meta.tenant)
@@ -224,6 +230,8 @@ class EventLog(Topic, Generic[A]):
             if landed is not None:
                 return await self._appended(landed)
         rows = self._rows(aggregate_id, expected_version, events, meta, tenant, command_id)
+        if tags:
+            rows = self._tagged(rows, tags)
         try:
             res = await self.store.append(
                 AppendRequest(self.name, rows, aggregate_id, expected_version, command_id)
@@ -269,6 +277,16 @@ class EventLog(Topic, Generic[A]):
                 rows[0][TENANT_AT - 1] if rows else tenant,
             ),
         )
+
+    def _tagged(self, rows: list[tuple[Any, ...]], tags: Iterable[str]) -> list[tuple[Any, ...]]:
+        """``rows`` with ``tags`` added to each row's own (its ``_tags``, the last value)."""
+        if isinstance(tags, str):
+            raise MetadataError("tags= takes a list of tags, not a str")
+        extra = [check_tag(t) for t in tags]
+        if self.schema.tags_at is None:
+            raise StoreError(f"{self.name!r} has no tags: declare a field with rv.Tag")
+        merged = [list(dict.fromkeys([*json.loads(r[-1]), *extra])) for r in rows]
+        return [(*r[:-1], _dumps(tags)) for r, tags in zip(rows, merged, strict=True)]
 
     # -- idempotency -----------------------------------------------------------------------
 

@@ -25,14 +25,17 @@ from reventless.tags import matches
 from tests.dcb.store_model import (
     EVENTS,
     Close,
+    Closed,
     CourseDefined,
     Graded,
     Level,
     NoteTaken,
     Open,
+    Opened,
     StudentSubscribed,
     Ticket,
 )
+from tests.model import Counter, Incremented
 
 KINDS = ["sqlite-file", "sqlite-memory", pytest.param("postgres", marks=pytest.mark.postgres)]
 
@@ -314,6 +317,7 @@ async def test_condition_check_uses_the_indexes(url: str) -> None:
 async def test_aggregate_logs_with_tags(url: str) -> None:
     app = rv.App(store=url)
     tickets = app.event_log(Ticket)
+    app.event_log(Counter)
     async with app:
         await tickets.execute("t1", Open(owner="ada"))
         await tickets.execute("t2", Open(owner="bob"))
@@ -333,6 +337,15 @@ async def test_aggregate_logs_with_tags(url: str) -> None:
         assert [r[0] for r in closed] == [3]
         assert [e.tags for e in await tickets.read(1, 3)] == [("owner:ada",), ("owner:bob",), ()]
         assert (await tickets.load("t1")).closed
+        # tags given at append join the events' own
+        res = await tickets.append("t9", [Opened(owner="cy")], expected_version=0, tags=["vip"])
+        [vip] = await app.store.read_query("Ticket", rv.Query.of(tags=["vip"]))
+        assert vip[0] == res.first_offset and vip[-1] == '["owner:cy","vip"]'
+        with pytest.raises(rv.MetadataError):
+            await tickets.append("t9", [Closed(reason="x")], expected_version=1, tags=[""])
+        counters = app.event_log(Counter)
+        with pytest.raises(StoreError, match="no tags"):
+            await counters.append("c", [Incremented()], expected_version=0, tags=["x"])
 
 
 class Seat(BaseModel):
