@@ -316,6 +316,11 @@ async def read_query(
 ) -> list[StoredRow]:
     """The rows of the topic matching ``query`` after position ``after``, in offset order
     (at most ``limit``)."""
+    if not isinstance(query, Query):
+        raise StoreError(f"read_query takes a Query, got {query!r}")
+    for name, value in (("after", after), ("limit", 0 if limit is None else limit)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise StoreError(f"read_query: {name} must be an int >= 0, got {value!r}")
     built = query_sql(db, select_sql, info, query, after, limit)
     if built is None or limit == 0:
         return []

@@ -180,6 +180,9 @@ async def test_read_query_basics(url: str) -> None:
         assert [e.offset for e in await log.read(rv.Query.all(), after=2, limit=1)] == [3]
         assert await log.read(rv.Query(())) == []
         assert await log.read(rv.Query.all(), limit=0) == []
+        for bad in ({"after": -1}, {"limit": -1}, {"after": True}):
+            with pytest.raises(StoreError):
+                await log.read(rv.Query.all(), **bad)  # type: ignore[arg-type]
         rows, index = await stored(app, "courses")
         assert rows[1] == (2, "StudentSubscribed", '["student:s1","course:c1","x:1"]')
         assert ("x:1", 2, "StudentSubscribed") in index and len(index) == 7
