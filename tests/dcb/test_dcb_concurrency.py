@@ -1,6 +1,12 @@
-"""Conditional appends under concurrent writers: 8 processes racing for the same keys win
-each key exactly once (SQLite file, PostgreSQL), and on PostgreSQL appends with disjoint
-lock keys do not wait for each other while appends with the same key do."""
+"""The DCB examples' invariants hold under 8 concurrent writer processes (spawned, each with
+its own App on the same store), on a SQLite file and on PostgreSQL.
+
+After the writers finish, the test reads the whole log from the store and replays it
+through a sequential oracle written without reventless (``oracle.py``): every event must
+be one the rules allowed at its position. It also checks that the writers really raced
+(decisions were retried) and that the outcome is complete (nothing left undone that the
+rules would have allowed).
+"""
 
 from __future__ import annotations
 
@@ -14,113 +20,115 @@ from typing import Any
 import pytest
 
 import reventless as rv
-from reventless.store import AppendResult, require_sql
-from reventless.store.dcb import condition_keys, lock_keys
-from tests.dcb.dcb_writers import claim
-from tests.dcb.store_model import EVENTS, NoteTaken
+from examples.dcb.courses import EVENTS as COURSE_EVENTS
+from examples.dcb.courses import MAX_COURSES, DefineCourse, StudentSubscribed, courses
+from examples.dcb.invoices import InvoiceCreated
+from examples.dcb.usernames import EVENTS as ACCOUNT_EVENTS
+from examples.dcb.usernames import AccountRegistered, UsernameChanged
+from tests.dcb.oracle import CourseOracle, UsernameOracle, invoice_numbers_are_gapless, replay
+from tests.dcb.writers import churn_usernames, create_invoices, subscribe_everyone
 
 WRITERS = 8
-KEYS = [f"k{i}" for i in range(12)]
+
+BACKENDS = ["sqlite-file", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
-async def _create(url: str) -> None:
-    app = rv.App(store=url)
-    app.dcb_log("claims", events=EVENTS)
-    async with app:
-        pass
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store shared by the writer processes: a SQLite file or a PostgreSQL schema."""
+    if request.param == "sqlite-file":
+        return f"sqlite:///{tmp_path / 'dcb.db'}"
+    return str(request.getfixturevalue("pg_url"))
 
 
-async def _stored_claims(url: str) -> Counter[str]:
-    app = rv.App(store=url)
-    log = app.dcb_log("claims", events=EVENTS)
-    async with app:
-        events = await log.read(rv.Query.all())
-        assert [e.offset for e in events] == list(range(1, len(events) + 1))  # gapless
-        return Counter(t for e in events for t in e.tags)
-
-
-def _race(url: str) -> None:
-    asyncio.run(_create(url))
+def run_writers(fn: Any, *args_per_worker: tuple[Any, ...]) -> list[Any]:
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Manager() as manager, ProcessPoolExecutor(WRITERS, mp_context=ctx) as pool:
-        barrier = manager.Barrier(WRITERS)
-        futures = [pool.submit(claim, url, KEYS, barrier, seed) for seed in range(WRITERS)]
-        won = [k for f in futures for k in f.result(timeout=240)]
-    assert sorted(won) == sorted(KEYS)  # each key won by exactly one writer
-    stored = asyncio.run(_stored_claims(url))
-    assert stored == Counter({f"claimed:{k}": 1 for k in KEYS})  # ... and the store agrees
+    with ProcessPoolExecutor(len(args_per_worker), mp_context=ctx) as pool:
+        futures = [pool.submit(fn, *args) for args in args_per_worker]
+        return [f.result(timeout=240) for f in futures]
 
 
-@pytest.mark.slow
-def test_processes_race_for_keys_on_a_sqlite_file(tmp_path: Path) -> None:
-    _race(f"sqlite:///{tmp_path / 'claims.db'}")
+async def read_log(url: str, name: str, events: Any) -> list[rv.Event]:
+    app = rv.App(store=url)
+    log = app.dcb_log(name, events=events)
+    async with app:
+        return [e.event for e in await log.read(rv.Query.all())]
 
 
-@pytest.mark.slow
-@pytest.mark.postgres
-def test_processes_race_for_keys_on_postgres(pg_url: str) -> None:
-    _race(pg_url)
+def test_course_capacity_and_student_limit_hold_under_8_writer_processes(url: str) -> None:
+    # 3 small courses (3 places) and 9 large ones (9 places: never full) for 8 students who
+    # each try all 12 with a limit of 10: the small courses and the student limit both bind
+    capacity = {f"c{i}": 3 if i < 3 else 9 for i in range(12)}
+    course_ids = list(capacity)
+    students = [f"s{i}" for i in range(8)]
 
+    async def define() -> None:
+        app = rv.App(store=url)
+        log = app.dcb_log("courses", events=COURSE_EVENTS)
+        log.include(courses)
+        async with app:
+            for c, places in capacity.items():
+                await log.execute(DefineCourse(course_id=c, capacity=places))
 
-async def _waiting(app: rv.App, key: int) -> int:
-    """How many transactions wait for advisory lock ``key`` (a bigint key) in this database."""
-    store = require_sql(app.store, "the lock test")
-    unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
-    sql = (
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-        "AND objsubid = 1 AND classid::text::bigint = %s AND objid::text::bigint = %s "
-        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    asyncio.run(define())
+    outcomes = run_writers(
+        subscribe_everyone, *[(url, w, students, course_ids) for w in range(WRITERS)]
     )
 
-    def work(conn: Any) -> int:
-        return int(conn.exec_driver_sql(sql, (unsigned >> 32, unsigned & 0xFFFF_FFFF)).scalar())
+    events = asyncio.run(read_log(url, "courses", COURSE_EVENTS))
+    assert replay(CourseOracle(), events) == []  # no course over capacity, no student over
+    subs = [(e.student_id, e.course_id) for e in events if isinstance(e, StudentSubscribed)]
+    assert len(subs) == len(set(subs))  # no double subscription
+    per_course = Counter(c for _, c in subs)
+    per_student = Counter(s for s, _ in subs)
+    assert all(n <= capacity[c] for c, n in per_course.items())
+    assert max(per_student.values()) <= MAX_COURSES
+    # complete: every pair left out was refused for a reason that still holds
+    for s in students:
+        for c in course_ids:
+            full = per_course[c] == capacity[c]
+            assert (s, c) in subs or full or per_student[s] == MAX_COURSES
+    # and so both limits bind (see above)
+    assert any(per_course[c] == capacity[c] for c in course_ids)
+    assert any(per_student[s] == MAX_COURSES for s in students)
+    total = Counter[str]()
+    for o in outcomes:
+        total.update(o)
+    assert total["ok"] == len(subs)  # each landed decision is one event, and vice versa
+    assert total["already_subscribed"] > 0
+    assert total["course_full"] + total["too_many_courses"] > 0
+    assert total["attempts"] > total["ok"]  # the writers did collide, and retried
 
-    return await store.db.read(work)
+
+def test_a_username_never_has_two_owners_under_8_writer_processes(url: str) -> None:
+    names = ["ada", "bob", "cy"]
+    outcomes = run_writers(churn_usernames, *[(url, w, names, 12) for w in range(WRITERS)])
+
+    events = asyncio.run(read_log(url, "accounts", ACCOUNT_EVENTS))
+    assert replay(UsernameOracle(), events) == []  # never two owners, at any position
+    claims = Counter(
+        e.username if isinstance(e, AccountRegistered) else e.new_username
+        for e in events
+        if isinstance(e, AccountRegistered | UsernameChanged)
+    )
+    assert all(claims[n] > 1 for n in names)  # claimed, released and re-claimed
+    total = Counter[str]()
+    for o in outcomes:
+        total.update(o)
+    registered = sum(isinstance(e, AccountRegistered) for e in events)
+    assert total["register:ok"] == registered
+    assert total["register:username_claimed"] > 0  # the writers did contend for names
 
 
-@pytest.mark.postgres
-async def test_disjoint_keys_do_not_serialise(pg_url: str) -> None:
-    import psycopg
+def test_invoice_numbers_are_gapless_and_unique_under_8_writer_processes(url: str) -> None:
+    per_writer = 15
+    numbers = run_writers(create_invoices, *[(url, w, per_writer) for w in range(WRITERS)])
 
-    app = rv.App(store=pg_url)
-    log = app.dcb_log("claims", events=EVENTS)
-    async with app:
-        await log.append([NoteTaken(text="first")])
-        # Another transaction in its check phase for tag "claimed:a": it holds the key's
-        # lock as a conditional append does (same key, same statement), and stays open.
-        keys, _ = condition_keys("claims", rv.Query.of(tags=["claimed:a"]))
-        sql, params = lock_keys(set(), keys)
-        plain = pg_url.replace("postgresql+psycopg://", "postgresql://").partition("?")[0]
-        holder = await psycopg.AsyncConnection.connect(plain)
-        try:
-            await holder.execute(sql, params)  # the holder's transaction stays open
-            cond_a = rv.AppendCondition(rv.Query.of(tags=["claimed:a"]))
-            same = asyncio.create_task(
-                log.append([NoteTaken(text="a")], condition=cond_a, tags=["claimed:a"])
-            )
-            writer = asyncio.create_task(log.append([NoteTaken(text="w")], tags=["claimed:a"]))
-            async with asyncio.timeout(30):  # both wait for the key (seen in pg_locks)
-                while await _waiting(app, next(iter(keys))) < 2:
-                    await asyncio.sleep(0.01)
-            # appends with other keys go through while those two wait
-            cond_b = rv.AppendCondition(rv.Query.of(tags=["claimed:b"]))
-            async with asyncio.timeout(30):
-                b = await log.append([NoteTaken(text="b")], condition=cond_b, tags=["claimed:b"])
-                c = await log.append([NoteTaken(text="c")], tags=["claimed:c"])
-            assert (b.first_offset, c.first_offset) == (2, 3)
-            assert not same.done() and not writer.done()
-            assert await _waiting(app, next(iter(keys))) == 2
-            await holder.rollback()  # the holder ends: the two go on, one after the other
-            async with asyncio.timeout(30):
-                conditional, _ = await asyncio.gather(same, writer, return_exceptions=True)
-        finally:
-            await holder.close()
-        landed = {e.event.text: e.offset for e in await log.read(rv.Query.all())}
-        assert landed["first"] == 1 and landed["b"] == 2 and landed["c"] == 3
-        if "a" in landed:  # the conditional append got the key first: the writer came after
-            assert isinstance(conditional, AppendResult)
-            assert landed["a"] == 4 and landed["w"] == 5
-        else:  # the writer got it first: the check saw its event and failed, landing nothing
-            assert isinstance(conditional, rv.AppendConditionError)
-            assert conditional.position == landed["w"] == 4
-            assert len(landed) == 4
+    events = asyncio.run(read_log(url, "invoices", InvoiceCreated))
+    assert invoice_numbers_are_gapless(events)
+    assert len(events) == WRITERS * per_writer
+    got = sorted(n for ns in numbers for n in ns)
+    assert got == list(range(1, WRITERS * per_writer + 1))  # each caller got its own number
+    for w, ns in enumerate(numbers):  # and the log agrees on whose it is
+        mine = {e.number for e in events if isinstance(e, InvoiceCreated) and e.customer == f"w{w}"}
+        assert set(ns) == mine
