@@ -11,13 +11,16 @@ from dataclasses import dataclass, field
 
 from examples.dcb.courses import (
     MAX_COURSES,
+    ChangeCourseCapacity,
     CourseCapacityChanged,
     CourseDefined,
+    DefineCourse,
     StudentSubscribed,
+    SubscribeStudent,
 )
 from examples.dcb.invoices import InvoiceCreated
 from examples.dcb.usernames import AccountClosed, AccountRegistered, UsernameChanged
-from reventless import Event
+from reventless import Command, Event
 
 
 @dataclass
@@ -27,6 +30,35 @@ class CourseOracle:
     capacity: dict[str, int] = field(default_factory=dict)
     students: dict[str, set[str]] = field(default_factory=dict)
     courses_of: dict[str, set[str]] = field(default_factory=dict)
+
+    def decide(self, cmd: Command) -> Event | str:
+        """What the rules make of ``cmd`` now: its event, or the rejection code."""
+        if isinstance(cmd, DefineCourse):
+            if cmd.course_id in self.capacity:
+                return "course_exists"
+            if cmd.capacity < 1:
+                return "bad_capacity"
+            return CourseDefined(course_id=cmd.course_id, capacity=cmd.capacity)
+        if isinstance(cmd, ChangeCourseCapacity):
+            if cmd.course_id not in self.capacity:
+                return "no_such_course"
+            if cmd.capacity < 1:
+                return "bad_capacity"
+            if cmd.capacity == self.capacity[cmd.course_id]:
+                return "capacity_unchanged"
+            return CourseCapacityChanged(course_id=cmd.course_id, capacity=cmd.capacity)
+        if isinstance(cmd, SubscribeStudent):
+            if cmd.course_id not in self.capacity:
+                return "no_such_course"
+            subs = self.students[cmd.course_id]
+            if cmd.student_id in subs:
+                return "already_subscribed"
+            if len(subs) >= self.capacity[cmd.course_id]:
+                return "course_full"
+            if len(self.courses_of.get(cmd.student_id, ())) >= MAX_COURSES:
+                return "too_many_courses"
+            return StudentSubscribed(student_id=cmd.student_id, course_id=cmd.course_id)
+        raise TypeError(f"unexpected command {cmd!r}")
 
     def violation(self, e: Event) -> str | None:
         """Why ``e`` breaks a rule given the events before it (None: it is allowed); then
