@@ -6,11 +6,15 @@ exists, once, while it has room, and to at most ``MAX_COURSES`` courses. The inv
 span two entities (course and student) without an aggregate holding both: each decision
 reads exactly the events it needs, selected by type and tag.
 
+``course_roster`` is an ordinary read model over the DCB log: collectors see its events
+like any topic's.
+
 Example::
 
     app = rv.App(store="sqlite:///courses.db")
     log = app.dcb_log("courses", events=EVENTS)
     log.include(courses)
+    roster = app.collect(course_roster)
     async with app:
         await log.execute(DefineCourse(course_id="c1", capacity=10))
         await log.execute(SubscribeStudent(student_id="s1", course_id="c1"))
@@ -19,6 +23,8 @@ Example::
 from __future__ import annotations
 
 from typing import Annotated
+
+from pydantic import BaseModel
 
 import reventless as rv
 
@@ -158,3 +164,34 @@ def subscribe(
     if courses_of_student >= MAX_COURSES:
         raise rv.Rejected("too_many_courses", f"{cmd.student_id} has {MAX_COURSES} courses")
     return StudentSubscribed(student_id=cmd.student_id, course_id=cmd.course_id)
+
+
+# -- a read model over the DCB log --------------------------------------------------------
+
+
+class CourseRow(BaseModel):
+    course_id: str
+    capacity: int
+    students: int = 0
+
+
+course_roster: rv.ReadModel[CourseRow] = rv.ReadModel(
+    "course_roster", row=CourseRow, key="course_id"
+)
+
+
+@course_roster.on(
+    CourseDefined, CourseCapacityChanged, StudentSubscribed, key=lambda ev: ev.event.course_id
+)
+def _roster(
+    ev: rv.Envelope[CourseDefined | CourseCapacityChanged | StudentSubscribed],
+    current: CourseRow | None,
+) -> rv.Upsert[CourseRow] | None:
+    e = ev.event
+    if isinstance(e, CourseDefined):
+        return rv.Upsert(CourseRow(course_id=e.course_id, capacity=e.capacity))
+    if current is None:  # pragma: no cover - decisions never append these first
+        return None
+    if isinstance(e, CourseCapacityChanged):
+        return rv.Upsert(current.model_copy(update={"capacity": e.capacity}))
+    return rv.Upsert(current.model_copy(update={"students": current.students + 1}))
