@@ -146,7 +146,11 @@ def _item_sql(
                 f"AND t{i}._offset = t0._offset)"
             )
             params.append(tag)
-        return (f"({sql} ORDER BY t0._offset LIMIT 1)" if first else sql), params
+        if not first:  # a read joins the topic's rows anyway
+            return sql, params
+        # the event itself must still be there: retention deletes rows, not their index rows
+        sql += f" AND EXISTS (SELECT 1 FROM {q(info.table)} e WHERE e._offset = t0._offset)"
+        return f"({sql} ORDER BY t0._offset LIMIT 1)", params
     table = q(info.table)
     if not item.types:
         sql = f"SELECT _offset FROM {table} WHERE _offset > {mark}"

@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..codec import META_FIELDS, META_NAMES, META_SQL_KINDS, Column
+from ..codec import META_FIELDS, META_NAMES, META_SQL_KINDS, TAGS_COLUMN, Column
 from ..errors import SchemaMismatchError
 from ..topicdef import TopicDef
 from .database import Database, table_name
@@ -75,11 +75,13 @@ def evolve(db: Database, conn: Connection, topic: TopicDef, table: str) -> None:
     for c in topic.schema.columns:
         have = existing.get(c.name)
         if have is None:
-            if not c.nullable:
+            col_type = KIND_TYPES[c.sql_kind]().compile(dialect=conn.dialect)
+            if c.name == TAGS_COLUMN:  # events that gained Tag fields: the old ones have none
+                col_type += " NOT NULL DEFAULT '[]'"
+            elif not c.nullable:
                 raise SchemaMismatchError(
                     f"topic {topic.name!r}: new column {c.name!r} must be nullable"
                 )
-            col_type = KIND_TYPES[c.sql_kind]().compile(dialect=conn.dialect)
             conn.exec_driver_sql(f"ALTER TABLE {db.q(table)} ADD COLUMN {db.q(c.name)} {col_type}")
             continue
         want = KIND_TYPES[c.sql_kind]()

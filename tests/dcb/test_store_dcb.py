@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from hypothesis import given, settings
@@ -388,3 +388,78 @@ async def test_collectors_relay_and_arrow_see_dcb_logs(url: str) -> None:
         assert parts == [rv.partition_of(t, 2) for t in ("course:c1", "student:s1", "student:s2")]
         channels = app.topology().channels()
         assert channels.topics["courses"] == (2, frozenset(e.event_type for e in EVENTS))
+
+
+# -- evolution and retention ----------------------------------------------------------------
+
+
+class PostedV1(rv.Event):
+    event_type = "Posted"
+    author: str
+
+
+class PostedV2(rv.Event):
+    event_type = "Posted"
+    author: Annotated[str, rv.Tag("author")]
+
+
+class BoardV1(rv.Aggregate):
+    topic_name = "Board"
+    events = PostedV1
+
+    @rv.applies(PostedV1)
+    def _posted(self, e: PostedV1) -> None:
+        pass
+
+
+class BoardV2(rv.Aggregate):
+    topic_name = "Board"
+    events = PostedV2
+
+    @rv.applies(PostedV2)
+    def _posted(self, e: PostedV2) -> None:
+        pass
+
+
+@pytest.fixture(params=KINDS[:1] + KINDS[2:])
+def lasting_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store that outlives its App: a SQLite file or a PostgreSQL schema."""
+    if request.param == "sqlite-file":
+        return f"sqlite:///{tmp_path / 'dcb.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+async def test_an_aggregate_whose_events_gain_tags(lasting_url: str) -> None:
+    app = rv.App(store=lasting_url)
+    board = app.event_log(BoardV1)
+    async with app:
+        await board.append("b1", [PostedV1(author="ada")], expected_version=0)
+    app = rv.App(store=lasting_url)
+    board2 = app.event_log(BoardV2)
+    async with app:  # the tags column is added (old events: no tags) with its index
+        await board2.append("b1", [PostedV2(author="bob")], expected_version=1)
+        assert [e.tags for e in await board2.read()] == [(), ("author:bob",)]
+        rows, index = await stored(app, "Board")
+        assert [r[2] for r in rows] == ["[]", '["author:bob"]']
+        assert index == [("author:bob", 2, "Posted")]
+        bob = await app.store.read_query("Board", rv.Query.of(tags=["author:bob"]))
+        assert [r[0] for r in bob] == [2]
+
+
+async def test_conditions_ignore_events_retention_deleted(lasting_url: str) -> None:
+    app = rv.App(store=lasting_url)
+    log = app.dcb_log("claims", events=EVENTS)
+    async with app:
+        await log.append([NoteTaken(text="old")], tags=["claimed:a"])
+        await log.append([NoteTaken(text="new")], tags=["claimed:b"])
+        retention = app.store.retention
+        await retention.create_tables()
+        await retention.set_policy("claims", max_age=None, max_count=1)
+        assert await retention.apply((await retention.topics())["claims"], now=0.0) == 1
+        claim_a = rv.AppendCondition(rv.Query.of(tags=["claimed:a"]))
+        assert await log.read(claim_a.query) == []
+        res = await log.append([NoteTaken(text="again")], condition=claim_a, tags=["claimed:a"])
+        assert res.first_offset == 3
+        claim_b = rv.AppendCondition(rv.Query.of(tags=["claimed:b"]))
+        with pytest.raises(rv.AppendConditionError):  # what retention kept still counts
+            await log.append([NoteTaken(text="b")], condition=claim_b)
