@@ -1,0 +1,31 @@
+"""The README's DCB example (``readme_example.py``, the same code) runs as a script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = Path(__file__).with_name("readme_example.py")
+
+
+def test_the_readme_dcb_example_runs(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLE)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "ada: subscribed at position 2",
+        "bob: subscribed at position 3",
+        "cy: rejected: course_full",
+        "1 CourseDefined ('course:c1',)",
+        "2 StudentSubscribed ('student:ada', 'course:c1')",
+        "3 StudentSubscribed ('student:bob', 'course:c1')",
+    ]
