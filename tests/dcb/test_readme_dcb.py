@@ -1,4 +1,5 @@
-"""The README's DCB example (``readme_example.py``, the same code) runs as a script."""
+"""The README's DCB example (``readme_example.py``) and its given/when/then snippet
+(``readme_gwt.py``, the same code as the README) run as scripts."""
 
 from __future__ import annotations
 
@@ -29,3 +30,18 @@ def test_the_readme_dcb_example_runs(tmp_path: Path) -> None:
         "2 StudentSubscribed ('student:ada', 'course:c1')",
         "3 StudentSubscribed ('student:bob', 'course:c1')",
     ]
+
+
+def test_the_readme_dcb_given_when_then_snippet_runs(tmp_path: Path) -> None:
+    definitions = EXAMPLE.read_text().replace("asyncio.run(main())\n", "")
+    script = tmp_path / "gwt.py"
+    script.write_text(definitions + EXAMPLE.with_name("readme_gwt.py").read_text())
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
