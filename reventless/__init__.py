@@ -61,6 +61,8 @@ from .errors import (
 from .eventlog import EventLog, ExecuteResult, LogOptions
 from .handle import CollectorHandle, Projection
 from .ids import uuid7
+from .scheduler import Firing, Scheduler, SchedulerOptions
+from .scheduling import CancelSchedule, Clock, ManualClock, Schedule, SystemClock
 from .spec import Aggregate, Command, Envelope, Event, Metadata, applies, handles, upcasts
 from .store import StoreOptions
 from .tags import AppendCondition, Query, QueryItem, Tag
@@ -117,6 +119,8 @@ __all__ = [
     "uuid7",
 ]
 __all__ += ["ColumnUpserts"]
+__all__ += ["CancelSchedule", "Clock", "Firing", "ManualClock", "Schedule", "Scheduler"]
+__all__ += ["SchedulerOptions", "SystemClock"]
 __all__ += ["AppendCondition", "AppendConditionError", "Query", "QueryItem", "Tag"]
 __all__ += ["DcbLog", "DecideOptions", "Decider", "DecisionModel", "DecisionResult", "folds"]
 

@@ -42,6 +42,8 @@ from .errors import MetadataError, ReventlessError, SpecError
 from .eventlog import EventLog, LogOptions
 from .handle import CollectorHandle, Projection
 from .relay import Relay
+from .scheduler import Scheduler, SchedulerOptions
+from .scheduling import Clock, SystemClock
 from .spec import Aggregate, Metadata, union_members
 from .store import ReadModelStore, Store, StoreOptions, open_store
 from .topic import Topic
@@ -75,6 +77,11 @@ class AppOptions:
     #: which was 1-3 us per event on the hot paths. Only reference cycles among those
     #: frozen objects that later become garbage are never collected.
     gc_freeze: bool = True
+    #: The time of scheduled commands: when ``after=`` counts from and when they are due
+    #: (``rv.ManualClock`` in tests).
+    clock: Clock = field(default_factory=SystemClock)
+    #: How the scheduler fires due schedules (``enabled=False``: not in this process).
+    scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
 
 
 _frozen = False
@@ -151,6 +158,13 @@ class App:
         self._relay: Relay | None = None
         self._topology: Topology | None = None
         self._started = False
+        self._scheduler = Scheduler(
+            self.store,
+            self.log_for,
+            lambda: [log_.name for log_ in self._logs.values()],
+            clock=self.options.clock,
+            options=self.options.scheduler,
+        )
 
     # -- declaring (no I/O) ----------------------------------------------------------------
 
@@ -188,7 +202,14 @@ class App:
             tenant,
             partitions=partitions or self.options.partitions,
         )
-        log_ = EventLog(spec, definition, options=options or self.options.log, service=self.service)
+        log_ = EventLog(
+            spec,
+            definition,
+            options=options or self.options.log,
+            service=self.service,
+            clock=self.options.clock,
+            targets=self._target_topic,
+        )
         self._declare(log_)
         self._logs[spec] = log_
         return log_
@@ -264,6 +285,9 @@ class App:
             return Projection(self, component)
         return CollectorHandle(self, component)
 
+    def _target_topic(self, target: type[Aggregate] | str) -> str:
+        return self.log_for(target).name
+
     def log_for(self, target: type[Aggregate] | str) -> EventLog[Any]:
         """The EventLog of an aggregate spec or topic name."""
         if isinstance(target, str):
@@ -327,13 +351,16 @@ class App:
                 self._tables[name] = table
                 collector = ReadModelCollector(comp, table, **kw)
             elif isinstance(comp, EventMapper):
-                collector = MapperCollector(comp, self.log_for, **kw)
+                collector = MapperCollector(comp, self.log_for, clock=self.options.clock, **kw)
             elif isinstance(comp, SideEffectHandler):
-                collector = SideEffectCollector(comp, **kw)
+                collector = SideEffectCollector(
+                    comp, resolve=self.log_for, clock=self.options.clock, **kw
+                )
             else:  # pragma: no cover - Component is only subclassed here
                 raise SpecError(f"unknown component kind {comp!r}")
             self._collectors[name] = collector
         await asyncio.gather(*(c.start() for c in self._collectors.values()))
+        await self._scheduler.start()
         if self.options.gc_freeze:
             _freeze_once()
 
@@ -374,6 +401,7 @@ class App:
         """Stop collectors and relay, then close broker and store."""
         if not self._started:
             return
+        await self._scheduler.stop()
         for c in self._collectors.values():
             await c.stop()
         if self._relay is not None:
@@ -437,6 +465,12 @@ class App:
         """The derived shape of this App's collectors (dispatch, filters, consumer groups,
         channels): fixed once the App started, else computed from the declarations now."""
         return self._topology if self._topology is not None else Topology.of(self)
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The scheduler of this App: fires due scheduled commands (``pending``, ``dead``,
+        ``redrive``, ``cancel``; ``advance`` with a ``ManualClock`` in tests)."""
+        return self._scheduler
 
     @property
     def collectors(self) -> Mapping[str, Collector]:

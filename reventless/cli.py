@@ -8,6 +8,8 @@ Example::
     reventless export Order orders.parquet --store sqlite:///shop.db
     reventless dead-letters --store sqlite:///shop.db
     reventless redrive order_confirmations --app examples.shop.model:app --store sqlite:///shop.db
+    reventless schedules --store sqlite:///shop.db                # pending and dead-lettered
+    reventless redrive-schedules --store sqlite:///shop.db        # dead ones due again now
     reventless serve --store sqlite:///shop.db --tokens-file tokens.json --port 8000
     reventless rebuild examples.shop.stats:customer_orders --app examples.shop.model:app
 
@@ -42,6 +44,7 @@ from .store import Database, StoreAdmin, open_admin
 
 if TYPE_CHECKING:
     from .app import App
+    from .store.schedules import Status
 
 #: What ``--app`` names (the help and the README say it in these words).
 FACTORY_RULE = (
@@ -268,6 +271,47 @@ async def cmd_dead_letters(a: argparse.Namespace) -> int:
     return 0
 
 
+def _when(us: int) -> str:
+    from .scheduling import from_us
+
+    return from_us(us).isoformat(timespec="seconds")
+
+
+async def cmd_schedules(a: argparse.Namespace) -> int:
+    """Pending and dead-lettered scheduled commands, each earliest first."""
+    statuses: list[Status] = ["pending", "dead"] if a.status is None else [a.status]
+    async with open_admin(a.store) as admin:
+        found = [s for st in statuses for s in await admin.schedules.find(st, limit=a.limit)]
+    _print_table(
+        ["id", "status", "due", "topic", "aggregate", "command", "attempts", "error"],
+        [
+            (
+                s.id,
+                s.status,
+                _when(s.due_at_us),
+                s.topic,
+                s.aggregate_id,
+                s.command_type,
+                s.attempts,
+                (s.error or "")[:60],
+            )
+            for s in found
+        ],
+    )
+    return 0
+
+
+async def cmd_redrive_schedules(a: argparse.Namespace) -> int:
+    """Dead-lettered schedules (the given ids, or all) become due now: a running App's
+    scheduler fires them."""
+    from .ids import now_us
+
+    async with open_admin(a.store) as admin:
+        n = await admin.schedules.redrive(a.ids or None, now_us())
+    print(f"redriven: {n}")
+    return 0
+
+
 async def _broker_dead_letters(url: str, groups: list[str]) -> list[Any]:
     from .broker import DeadLetterQueues, open_broker
 
@@ -456,6 +500,11 @@ def _parser() -> argparse.ArgumentParser:
     d = add("dead-letters", "list open dead letters")
     d.add_argument("--component")
     d.add_argument("--broker", default=None, help="also list this broker's dead-letter queues")
+    sch = add("schedules", "list pending and dead-lettered scheduled commands")
+    sch.add_argument("--status", choices=["pending", "dead"], default=None, help="default both")
+    sch.add_argument("--limit", type=_integer(1, "a count"), default=1000, help="per status")
+    rs = add("redrive-schedules", "make dead-lettered schedules due now (the app fires them)")
+    rs.add_argument("ids", nargs="*", metavar="ID", help="schedule ids (default: all dead)")
     r = sub.add_parser("redrive", help="retry a component's dead letters (needs the app)")
     r.add_argument("component")
     app_arg(r)
@@ -520,6 +569,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "export": cmd_export,
         "dead-letters": cmd_dead_letters,
         "redrive": cmd_redrive,
+        "schedules": cmd_schedules,
+        "redrive-schedules": cmd_redrive_schedules,
         "rebuild": cmd_rebuild,
     }
     try:

@@ -8,9 +8,10 @@ its lease runs out, another round claims the schedule again, and the same comman
 answered from the log (``duplicate=True``): the command lands at most once, and is fired
 until it has. A failed firing is retried with exponential backoff and jitter; after
 ``max_attempts`` it is dead-lettered (``dead()``, ``redrive()``, ``reventless schedules``).
-A command its aggregate rejects (``rv.Rejected``), and one that cannot be run at all (an
-unknown target or command type, a command that no longer validates), is dead-lettered at
-once: a retry would decide the same.
+A command its aggregate rejects (``rv.Rejected``), and one that cannot be run at all (a
+command type the target no longer handles, a command that no longer validates), is
+dead-lettered at once: a retry would decide the same. An App claims only the schedules of
+the logs it declares; another App on the store fires the others.
 
 Between rounds the scheduler sleeps until the earliest pending schedule is due, or until a
 commit wakes it (this process's, and on PostgreSQL every process's, through NOTIFY); never
@@ -56,6 +57,8 @@ from .store.port import Store
 from .store.schedules import ScheduleFailure, StoredSchedule
 
 log = logging.getLogger("reventless.scheduler")
+#: Seconds before looking again when due schedules were all held by other claims.
+_BUSY_RETRY = 0.05
 
 __all__ = ["Firing", "Scheduler", "SchedulerOptions"]
 
@@ -125,7 +128,9 @@ def _worker_id() -> str:
 
 
 class Scheduler:
-    """Fires due schedules of ``store`` on the logs ``resolve`` finds by topic name.
+    """Fires due schedules of ``store`` on the logs ``resolve`` finds by topic name; only
+    those of ``topics()`` (the logs this App declares: another App on the store, with
+    other logs, fires the rest).
 
     Built by the App (``app.scheduler``); ``start``/``stop`` run with it.
     """
@@ -134,17 +139,22 @@ class Scheduler:
         self,
         store: Store,
         resolve: Callable[[str], EventLog[Any]],
+        topics: Callable[[], Sequence[str]],
         *,
         clock: Clock | None = None,
         options: SchedulerOptions | None = None,
     ) -> None:
         self.store = store
         self.resolve = resolve
+        #: The topics of the logs this App declares: only their schedules are claimed here.
+        self.topics = topics
         self.clock: Clock = clock or SystemClock()
         self.options = opts = options or SchedulerOptions()
         self.worker = opts.worker or _worker_id()
-        #: Schedules fired by this process so far (their commands landed).
+        #: Schedules whose commands this process landed; and those it found landed
+        #: already (by a round that died before recording them).
         self.fired = 0
+        self.duplicates = 0
         self._round = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._commands: dict[tuple[type[Aggregate], str], type[Command]] = {}
@@ -179,20 +189,22 @@ class Scheduler:
         schedules = self.store.schedules
         while True:
             seen = self.store.changes  # a commit from here on wakes the wait below
+            wait = opts.poll_interval
             try:
-                nxt = await schedules.next_due()
+                nxt = await schedules.next_due(self.topics())
                 if nxt is not None and nxt <= self._now():
-                    await self.run_due()
-                    continue
+                    if await self.run_due():
+                        continue
+                    # due, but another process's claim holds the rows (PostgreSQL skips
+                    # locked ones): look again shortly rather than spin
+                    wait = _BUSY_RETRY
+                elif nxt is not None:
+                    wait = min(wait, (nxt - self._now()) / 1_000_000)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("scheduler %s: round failed", self.worker)
-                nxt = None
-            wait = opts.poll_interval
-            if nxt is not None:
-                wait = min(wait, max(0.0, (nxt - self._now()) / 1_000_000))
-            await self._sleep(wait, seen)
+            await self._sleep(max(0.0, wait), seen)
 
     async def _sleep(self, seconds: float, seen: int) -> None:
         """Until ``seconds`` pass on the clock or a commit after ``seen``."""
@@ -221,6 +233,7 @@ class Scheduler:
                     now,
                     lease_us=int(self.options.lease * 1_000_000),
                     limit=self.options.batch,
+                    topics=self.topics(),
                 )
                 if not claimed:
                     return out
@@ -235,7 +248,12 @@ class Scheduler:
                         self.worker,
                         [self._failure(f, now) for f in firings if not f.fired],
                     )
-                self.fired += sum(f.fired for f in firings)
+                for f in firings:
+                    if f.result is not None:
+                        if f.result.duplicate:
+                            self.duplicates += 1
+                        else:
+                            self.fired += 1
                 out.extend(firings)
                 if len(claimed) < self.options.batch:  # what fell due meanwhile: next loop
                     return out

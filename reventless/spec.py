@@ -43,6 +43,7 @@ from .errors import MetadataError, ReservedNameError, SpecError, UnhandledComman
 __all__ = [
     "Aggregate",
     "Command",
+    "Directive",
     "Envelope",
     "Event",
     "Metadata",
@@ -222,6 +223,14 @@ def union_members(declared: Any, owner: str = "events") -> tuple[type[Event], ..
     return tuple(seen.values())
 
 
+class Directive:
+    """Base of what a handler may return besides events or commands: an instruction the
+    runtime carries out in the same transaction as what the handler produced
+    (``rv.Schedule``, ``rv.CancelSchedule`` in ``reventless.scheduling``)."""
+
+    __slots__ = ()
+
+
 class Aggregate(BaseModel):
     """Base class of aggregate specs: the state is a pydantic model, behaviour is decorated.
 
@@ -280,7 +289,13 @@ class Aggregate(BaseModel):
         cls.appliers = appliers
 
     def decide(self, command: Command) -> list[Event]:
-        """Run the command handler and return the events it decided (no state change)."""
+        """Run the command handler and return the events it decided (no state change).
+        Directives it returned beside them (``rv.Schedule``) are in ``decide_all``."""
+        return self.decide_all(command)[0]
+
+    def decide_all(self, command: Command) -> tuple[list[Event], list[Directive]]:
+        """Run the command handler: the events it decided and, apart, the directives it
+        returned among them (``rv.Schedule``, ``rv.CancelSchedule``), each in order."""
         handler = type(self).command_handlers.get(type(command))
         if handler is None:
             raise UnhandledCommandError(
@@ -288,16 +303,22 @@ class Aggregate(BaseModel):
             )
         out = handler(self, command)
         if out is None:
-            return []
-        events = [out] if isinstance(out, Event) else list(out)
+            return [], []
+        decided = [out] if isinstance(out, Event | Directive) else list(out)
         allowed = type(self).event_classes
-        for e in events:
-            if type(e) not in allowed:
+        events: list[Event] = []
+        directives: list[Directive] = []
+        for e in decided:
+            if isinstance(e, Directive):
+                directives.append(e)
+            elif type(e) not in allowed:
                 raise SpecError(
                     f"{type(self).__name__}.{handler.__name__} returned {type(e).__name__}, "
                     "which is not in the aggregate's `events` union"
                 )
-        return events
+            else:
+                events.append(e)
+        return events, directives
 
     def apply(self, event: Event) -> None:
         """Evolve the state by one event and bump ``version``."""

@@ -28,8 +28,10 @@ from itertools import chain
 from typing import Any
 
 from ..errors import ConcurrencyError
+from ..scheduling import ScheduleWrite
 from ..tags import AppendCondition
 from .database import Database
+from .schedules import write_statements
 from .tagindex import TagIndex
 
 #: Bound parameters per statement: SQLite's historical limit (999) keeps any build safe.
@@ -57,6 +59,9 @@ class AppendRequest:
     #: Fail (``AppendConditionError``, nothing lands) if an event matching the condition's
     #: query exists after its position (DCB logs; checked in the appending transaction).
     condition: AppendCondition | None = None
+    #: Schedules to store (or cancel) with the rows, in the same transaction or savepoint:
+    #: a request that fails or is a duplicate writes none.
+    schedules: list[ScheduleWrite] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -253,6 +258,9 @@ class Appender:
             self._insert(cur, req.topic, rows)
         except self.db.integrity_errors:
             raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
+        if req.schedules:
+            for sql, params in write_statements(self.db, req.schedules):
+                cur.executemany(sql, params)
         return result
 
     def _all(self, cur: Any, reqs: list[AppendRequest]) -> list[AppendResult]:
@@ -265,4 +273,6 @@ class Appender:
         commands = command_rows(reqs, results)
         if commands:
             cur.executemany(command_sql(self.db), commands)
+        for sql, params in write_statements(self.db, (w for r in reqs for w in r.schedules)):
+            cur.executemany(sql, params)
         return results

@@ -38,6 +38,7 @@ from .append import (
 )
 from .database import Database
 from .dcb import guarded, pg_guard
+from .schedules import write_statements
 
 #: Up to this many rows, one statement reserves the offsets and inserts (a CTE).
 _CTE_ROWS = 16
@@ -93,7 +94,8 @@ class AsyncAppender:
                         return [await self._one(cur, req)]
                 except DuplicateCommand:
                     return [AppendResult(req.topic, 0, -1, duplicate=True)]
-            if len(reqs) == 1 and req.command_id is None and len(req.rows) <= _CTE_ROWS:
+            lone = req.command_id is None and not req.schedules and len(req.rows) <= _CTE_ROWS
+            if len(reqs) == 1 and lone:
                 return [await self._lone(cur, req)]  # one atomic statement
             if len(reqs) == 1:
                 try:
@@ -213,6 +215,8 @@ class AsyncAppender:
                 await cur.execute(command_sql(self.db), command_row(req, result))
             except self.db.integrity_errors:
                 raise DuplicateCommand(req.command_id) from None
+        for sql, params in write_statements(self.db, req.schedules):
+            await cur.executemany(sql, params)
         return result
 
     async def _all(self, cur: Any, reqs: list[AppendRequest]) -> list[AppendResult]:
@@ -224,4 +228,6 @@ class AsyncAppender:
         commands = command_rows(reqs, results)
         if commands:
             await cur.executemany(command_sql(self.db), commands)
+        for sql, params in write_statements(self.db, (w for r in reqs for w in r.schedules)):
+            await cur.executemany(sql, params)
         return results

@@ -4,7 +4,8 @@
 ``Store`` adds the facets that keep everything else a running application persists:
 ``collectors`` (checkpoints, dead letters, the one-call batch commit with its lease
 fence), ``retention`` (policies and horizons), ``leases`` (leased collector groups),
-``relay_positions`` (the outbox relay) and ``read_model`` (a read model's table).
+``relay_positions`` (the outbox relay), ``schedules`` (scheduled commands) and
+``read_model`` (a read model's table).
 ``SqlEventStore`` implements ``Store`` on SQLite and PostgreSQL. A new backend
 implements these Protocols (and those of ``subscriptions.py``, ``retention.py``,
 ``swap.py`` and ``admin.py`` for the gateway, the Spark hand-off and the CLI), and nothing
@@ -31,6 +32,7 @@ from .leases import LeaseStore
 from .readmodel import ReadModelStore, RowModel
 from .relay import RelayPositions
 from .retention import RetentionStore
+from .schedules import ScheduleStore
 
 Part = tuple[str, int]  # (topic, partition)
 #: A loaded aggregate: its snapshot (version, fingerprint, state) if any, and the rows after it.
@@ -180,6 +182,11 @@ class Store(EventStore, Protocol):
     @property
     def relay_positions(self) -> RelayPositions:
         """The outbox relay's position per topic."""
+        ...
+
+    @property
+    def schedules(self) -> ScheduleStore:
+        """Scheduled commands: claims, firings, dead letters."""
         ...
 
     def read_model(self, model: RowModel[Any]) -> ReadModelStore[Any]:

@@ -19,7 +19,7 @@ Example::
 
     store = SqlScheduleStore(db)
     await store.write([ScheduledCommand("expire:o-1", "Order", "o-1", "Expire", "{}", due, "{}")])
-    due = await store.claim("worker-1", now_us, lease_us=30_000_000, limit=100)
+    due = await store.claim("w-1", now_us, lease_us=30_000_000, limit=100, topics=["Order"])
     await store.fired([(s.id, s.generation) for s in due])
 """
 
@@ -206,11 +206,11 @@ class ScheduleStore(Protocol):
         ...
 
     async def claim(
-        self, worker: str, now_us: int, *, lease_us: int, limit: int
+        self, worker: str, now_us: int, *, lease_us: int, limit: int, topics: Sequence[str]
     ) -> list[StoredSchedule]:
-        """Lease up to ``limit`` pending schedules due by ``now_us`` to ``worker`` until
-        ``now_us + lease_us``, earliest first; no two claims get one row while its lease
-        runs."""
+        """Lease up to ``limit`` pending schedules for ``topics`` due by ``now_us`` to
+        ``worker`` until ``now_us + lease_us``, earliest first; no two claims get one row
+        while its lease runs."""
         ...
 
     async def fired(self, done: Sequence[tuple[str, int]]) -> None:
@@ -222,8 +222,8 @@ class ScheduleStore(Protocol):
         """Record failed firings of ``worker``'s claims: retry later or dead-letter."""
         ...
 
-    async def next_due(self) -> int | None:
-        """When the earliest pending schedule can be claimed (None: none pending)."""
+    async def next_due(self, topics: Sequence[str]) -> int | None:
+        """When the earliest pending schedule for ``topics`` can be claimed (None: none)."""
         ...
 
     async def find(
@@ -261,10 +261,15 @@ class SqlScheduleStore:
         self._changed()
 
     async def claim(
-        self, worker: str, now_us: int, *, lease_us: int, limit: int
+        self, worker: str, now_us: int, *, lease_us: int, limit: int, topics: Sequence[str]
     ) -> list[StoredSchedule]:
+        if not topics:
+            return []
         m, n = self.db.mark, int(limit)
-        due = f"status = 'pending' AND next_at <= {m} ORDER BY next_at LIMIT {n}"
+        due = (
+            f"status = 'pending' AND next_at <= {m} AND topic IN "
+            f"({self.db.placeholders(len(topics))}) ORDER BY next_at LIMIT {n}"
+        )
         until = now_us + lease_us
 
         def sqlite(conn: Connection) -> list[StoredSchedule]:
@@ -272,7 +277,7 @@ class SqlScheduleStore:
             got = [
                 _row(r)
                 for r in conn.exec_driver_sql(
-                    f"SELECT {_COLUMNS} FROM rv_schedules WHERE {due}", (now_us,)
+                    f"SELECT {_COLUMNS} FROM rv_schedules WHERE {due}", (now_us, *topics)
                 ).all()
             ]
             if got:
@@ -290,7 +295,8 @@ class SqlScheduleStore:
                 f"(SELECT id FROM rv_schedules WHERE {due} FOR UPDATE SKIP LOCKED) "
                 f"RETURNING {_COLUMNS}"
             )
-            got = [_row(r) for r in conn.exec_driver_sql(sql, (worker, until, now_us)).all()]
+            params = (worker, until, now_us, *topics)
+            got = [_row(r) for r in conn.exec_driver_sql(sql, params).all()]
             return sorted(got, key=lambda s: (s.due_at_us, s.id))
 
         return await self.db.write(sqlite if self.db.is_sqlite else postgres)
@@ -324,9 +330,14 @@ class SqlScheduleStore:
         ]
         await self.db.write(lambda conn: conn.exec_driver_sql(sql, rows))
 
-    async def next_due(self) -> int | None:
-        sql = "SELECT MIN(next_at) FROM rv_schedules WHERE status = 'pending'"
-        got = await self.db.read(lambda conn: conn.exec_driver_sql(sql).scalar())
+    async def next_due(self, topics: Sequence[str]) -> int | None:
+        if not topics:
+            return None
+        sql = (
+            "SELECT MIN(next_at) FROM rv_schedules WHERE status = 'pending' "
+            f"AND topic IN ({self.db.placeholders(len(topics))})"
+        )
+        got = await self.db.read(lambda conn: conn.exec_driver_sql(sql, tuple(topics)).scalar())
         return None if got is None else int(got)
 
     async def find(

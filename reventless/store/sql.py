@@ -45,6 +45,7 @@ from .leases import SqlLeaseStore
 from .readmodel import RowModel, SqlReadModelTable
 from .relay import SqlRelayPositions
 from .retention import SqlRetentionStore
+from .schedules import SqlScheduleStore
 from .tagindex import TagIndex, create_tag_index, drop_tag_index
 
 if TYPE_CHECKING:
@@ -98,7 +99,9 @@ class SqlEventStore:
         #: Commits signalled so far (own appends, NOTIFYs): see ``wait_for_change``.
         self.changes = 0
         #: Collector state: checkpoints, dead letters, batch commits (``collector.py``).
-        self.collectors = SqlCollectorStore(db)
+        self.collectors = SqlCollectorStore(db, on_schedules=self._signal)
+        #: Scheduled commands (``schedules.py``); writes wake ``wait_for_change``.
+        self.schedules = SqlScheduleStore(db, on_change=self._signal)
         #: Leases of leased collector groups (``leases.py``).
         self.leases = SqlLeaseStore(db)
         #: Retention policies and horizons (``retention.py``): collectors check theirs.

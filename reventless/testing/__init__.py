@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from ..collect.component import Delete, EventMapper, ReadModel, Send, Upsert, as_ops
 from ..errors import Rejected
 from ..ids import now_us, uuid7_str
-from ..spec import Aggregate, Command, Envelope, Event, Metadata
+from ..spec import Aggregate, Command, Directive, Envelope, Event, Metadata
 from .dcb import fold_model, given_dcb, tagged
 
 A = TypeVar("A", bound=Aggregate)
@@ -72,6 +72,8 @@ class Outcome(Generic[A]):
     state: A
     events: list[Event]
     rejection: Rejected | None
+    #: What the handler scheduled or cancelled (``rv.Schedule``, ``rv.CancelSchedule``).
+    scheduled: list[Directive] = field(default_factory=list)
 
     def then(self, *expected: Event) -> A:
         """Assert the command decided exactly ``expected``; return the new state."""
@@ -79,6 +81,22 @@ class Outcome(Generic[A]):
             raise AssertionError(f"expected events, command was rejected: {self.rejection}")
         assert self.events == list(expected), f"decided {self.events}, expected {list(expected)}"
         return self.state
+
+    def then_scheduled(self, *expected: Directive) -> list[Directive]:
+        """Assert the command scheduled (or cancelled) exactly ``expected``, in order.
+
+        Example::
+
+            given(Order).when(Place()).then_scheduled(
+                rv.Schedule(Order, "test-1", Expire(), after=timedelta(minutes=30), id="x")
+            )
+        """
+        if self.rejection is not None:
+            raise AssertionError(f"expected schedules, command was rejected: {self.rejection}")
+        assert self.scheduled == list(expected), (
+            f"scheduled {self.scheduled}, expected {list(expected)}"
+        )
+        return self.scheduled
 
     def then_rejected(self, code: str | None = None) -> Rejected:
         """Assert the command was rejected (with ``code``, if given)."""
@@ -103,12 +121,12 @@ class Scenario(Generic[A]):
         """Decide ``command`` against the state; apply the events to a copy."""
         state = self.state.model_copy(deep=True)
         try:
-            events = state.decide(command)
+            events, directives = state.decide_all(command)
         except Rejected as r:
             return Outcome(state, [], r)
         for e in events:
             state.apply(e)
-        return Outcome(state, events, None)
+        return Outcome(state, events, None, directives)
 
 
 def given(spec: type[A], *events: Event, aggregate_id: str = "test-1") -> Scenario[A]:
@@ -162,14 +180,21 @@ class MapperScenario:
 
     def __init__(self, mapper: EventMapper, ev: Envelope[Any]) -> None:
         spec = mapper.handlers.get(type(ev.event))
-        self.sends: list[Send] = (
-            [] if spec is None else [s for s in as_ops(spec.fn(ev)) if isinstance(s, Send)]
-        )
+        ops = [] if spec is None else as_ops(spec.fn(ev))
+        self.sends: list[Send] = [s for s in ops if isinstance(s, Send)]
+        self.scheduled: list[Directive] = [s for s in ops if isinstance(s, Directive)]
 
     def then_commands(self, *expected: Send) -> list[Send]:
         """Assert the mapper sent exactly ``expected``."""
         assert self.sends == list(expected), f"sent {self.sends}, expected {list(expected)}"
         return self.sends
+
+    def then_scheduled(self, *expected: Directive) -> list[Directive]:
+        """Assert the mapper scheduled (or cancelled) exactly ``expected``, in order."""
+        assert self.scheduled == list(expected), (
+            f"scheduled {self.scheduled}, expected {list(expected)}"
+        )
+        return self.scheduled
 
 
 def given_event(mapper: EventMapper, aggregate_id: str, event: Event) -> MapperScenario:
