@@ -25,6 +25,7 @@ from sqlalchemy.engine import Connection
 from . import subscription_tables as tables
 from .catalog import StoredTopic, col, head_sync, load_topics_sync
 from .database import Database
+from .tagindex import tag_table
 
 _R, _H = tables.retention, tables.horizons
 
@@ -142,6 +143,9 @@ class SqlRetentionStore:
                     _H.insert().values(topic=info.name, partition=int(p), horizon=int(last))
                 )
         deleted = conn.execute(sa.delete(table).where(*span)).rowcount
+        tags = tag_table(info.name)
+        if conn.dialect.has_table(conn, tags):  # a tagged topic: its index rows go too
+            conn.execute(sa.delete(sa.table(tags)).where(*span))
         conn.execute(_R.update().where(_R.c.topic == info.name).values(horizon=cut))
         return int(deleted)
 

@@ -456,6 +456,8 @@ async def test_conditions_ignore_events_retention_deleted(lasting_url: str) -> N
         await retention.create_tables()
         await retention.set_policy("claims", max_age=None, max_count=1)
         assert await retention.apply((await retention.topics())["claims"], now=0.0) == 1
+        _, index = await stored(app, "claims")  # the deleted event's index rows went too
+        assert index == [("claimed:b", 2, "NoteTaken")]
         claim_a = rv.AppendCondition(rv.Query.of(tags=["claimed:a"]))
         assert await log.read(claim_a.query) == []
         res = await log.append([NoteTaken(text="again")], condition=claim_a, tags=["claimed:a"])
