@@ -38,6 +38,8 @@ from ..store.append import AppendResult, CommandRecord
 from ..store.port import Store
 from ..tags import AppendCondition, Query
 from .decider import Decider
+from .decision import DecisionModel
+from .queue import DecisionQueue, queue_keys
 
 __all__ = ["DecideOptions", "DecidingLog", "DecisionResult", "execute"]
 
@@ -50,6 +52,10 @@ class DecideOptions:
     before attempt n+1 it waits ``min(backoff_max, backoff_base * 2**n)`` seconds times a
     random factor in [0.5, 1.5). The defaults are those of ``LogOptions``.
 
+    ``queue``: decisions of this process whose queries share a tag (or a type) take turns
+    (``DecisionQueue``) instead of clashing in the store and retrying; other processes
+    are caught by the append condition either way.
+
     Example::
 
         rv.DecideOptions(max_attempts=50, backoff_max=0.05)
@@ -58,6 +64,7 @@ class DecideOptions:
     max_attempts: int = 10
     backoff_base: float = 0.002
     backoff_max: float = 0.2
+    queue: bool = True
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -156,8 +163,11 @@ async def execute(
     meta: Metadata | None = None,
     command_id: str | None = None,
     options: DecideOptions | None = None,
+    queue: DecisionQueue | None = None,
 ) -> DecisionResult:
     """Decide ``command`` on ``log`` with ``decider``'s handler; retry on conflicts.
+
+    With a ``queue``, decisions of this process whose queries overlap take turns.
 
     ``rv.Rejected`` from the handler reaches the caller and nothing lands. After
     ``options.max_attempts`` conflicting attempts the last ``AppendConditionError`` does.
@@ -168,6 +178,22 @@ async def execute(
     landed = await _landed(log, command_id)
     if landed is not None:
         return await _original(log, landed)
+    if queue is None or not opts.queue:
+        return await _attempts(log, decider, command, models, query, meta, command_id, opts)
+    async with queue.hold(queue_keys(query)):
+        return await _attempts(log, decider, command, models, query, meta, command_id, opts)
+
+
+async def _attempts(
+    log: DecidingLog,
+    decider: Decider,
+    command: Command,
+    models: dict[str, DecisionModel[Any]],
+    query: Query,
+    meta: Metadata | None,
+    command_id: str | None,
+    opts: DecideOptions,
+) -> DecisionResult:
     states = decider.start(models)
     position = 0
     for attempt in range(1, opts.max_attempts + 1):

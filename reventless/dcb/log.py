@@ -52,6 +52,7 @@ from ..topic import Topic
 from ..topicdef import TopicDef, partition_of, stored_rows
 from .decider import Decider, ModelSource
 from .execute import DecideOptions, DecisionResult, execute
+from .queue import DecisionQueue
 
 __all__ = ["DcbLog", "Tags"]
 
@@ -275,7 +276,8 @@ class DcbLog:
     ) -> DecisionResult:
         """Decide ``command``: read the union of its models' queries once, fold each model
         on its own events, run the handler, append under the derived condition; on a
-        conflict read what landed since and decide again (backoff with jitter).
+        conflict read what landed since and decide again (backoff with jitter). Decisions
+        of this process whose queries share a tag or type take turns (``DecideOptions``).
 
         ``rv.Rejected`` reaches the caller and nothing lands. A ``command_id`` that landed
         before returns the original result (``duplicate=True``) without deciding.
@@ -284,6 +286,15 @@ class DcbLog:
 
             res = await courses.execute(SubscribeStudent(student_id="s1", course_id="c1"))
         """
+        queue = self.__dict__.get("_queue")
+        if queue is None:
+            queue = self.__dict__["_queue"] = DecisionQueue()
         return await execute(
-            self, self.decider, command, meta=meta, command_id=command_id, options=options
+            self,
+            self.decider,
+            command,
+            meta=meta,
+            command_id=command_id,
+            options=options,
+            queue=queue,
         )

@@ -318,10 +318,13 @@ async def test_deciding_nothing_appends_nothing(url: str) -> None:
         assert await log.store.find_command("c") is None
 
 
-async def test_concurrent_decisions_in_one_process_keep_invoice_numbers_gapless(url: str) -> None:
+@pytest.mark.parametrize("queue", [False, True])
+async def test_concurrent_decisions_in_one_process_keep_invoice_numbers_gapless(
+    url: str, queue: bool
+) -> None:
     app, log = invoice_app(url)
     async with app:
-        opts = rv.DecideOptions(max_attempts=200, backoff_max=0.02)
+        opts = rv.DecideOptions(max_attempts=300, backoff_max=0.02, queue=queue)
         results = await asyncio.gather(
             *(
                 log.execute(CreateInvoice(customer=f"c{i}", amount_cents=1), options=opts)
@@ -331,4 +334,24 @@ async def test_concurrent_decisions_in_one_process_keep_invoice_numbers_gapless(
         numbers = [e.number for _, e, _ in await everything(log)]  # type: ignore[attr-defined]
         assert numbers == list(range(1, 31))
         assert sorted(r.events[0].number for r in results) == numbers  # type: ignore[attr-defined]
-        assert sum(r.attempts for r in results) > 30  # they did conflict, and retried
+        attempts = sum(r.attempts for r in results)
+        if queue:  # they took turns in this process: no clash, no retry
+            assert attempts == 30
+        else:  # they clashed in the store, and retried
+            assert attempts > 30
+
+
+async def test_the_queue_lets_decisions_on_other_tags_run_at_once(url: str) -> None:
+    app, log = course_app(url)
+    async with app:
+        for n in range(4):
+            await log.execute(DefineCourse(course_id=f"c{n}", capacity=9))
+        queue = log.__dict__["_queue"]
+        results = await asyncio.gather(
+            *(
+                log.execute(SubscribeStudent(student_id=f"s{n}", course_id=f"c{n}"))
+                for n in range(4)
+            )
+        )
+        assert [r.attempts for r in results] == [1, 1, 1, 1]
+        assert len(queue) == 0  # every key released
