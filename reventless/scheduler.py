@@ -155,6 +155,9 @@ class Scheduler:
         #: already (by a round that died before recording them).
         self.fired = 0
         self.duplicates = 0
+        #: Times the background loop went to sleep (nothing was due).
+        self.sleeps = 0
+        self._asleep_after: int | None = None  # the store's changes its sleep waits past
         self._round = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._commands: dict[tuple[type[Aggregate], str], type[Command]] = {}
@@ -165,6 +168,12 @@ class Scheduler:
     def running(self) -> bool:
         """True while the background loop runs."""
         return self._task is not None and not self._task.done()
+
+    @property
+    def idle(self) -> bool:
+        """True while the background loop sleeps having seen every commit so far: only a
+        due time or a new commit wakes it."""
+        return self._asleep_after is not None and self._asleep_after == self.store.changes
 
     async def start(self) -> None:
         """Start firing in the background (unless disabled, or the clock is manual)."""
@@ -204,7 +213,12 @@ class Scheduler:
                 raise
             except Exception:
                 log.exception("scheduler %s: round failed", self.worker)
-            await self._sleep(max(0.0, wait), seen)
+            self.sleeps += 1
+            self._asleep_after = seen
+            try:
+                await self._sleep(max(0.0, wait), seen)
+            finally:
+                self._asleep_after = None
 
     async def _sleep(self, seconds: float, seen: int) -> None:
         """Until ``seconds`` pass on the clock or a commit after ``seen``."""

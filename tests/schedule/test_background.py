@@ -15,11 +15,14 @@ from tests.schedule.model import Nudge, Order, Paid, Pay, Place, Soon
 QUIET = rv.SchedulerOptions(poll_interval=60.0)
 
 soon_after_paid = rv.SideEffectHandler("soon_after_paid")
+#: The side effect returns its schedule once the test sets this (a fresh one per test).
+RELEASE: dict[str, asyncio.Event] = {}
 
 
 @soon_after_paid.on(Paid)
-def _soon(ev: rv.Envelope[Paid]) -> rv.Schedule:
+async def _soon(ev: rv.Envelope[Paid]) -> rv.Schedule:
     assert ev.aggregate_id is not None
+    await RELEASE["gate"].wait()
     return rv.Schedule(Order, ev.aggregate_id, Nudge(), after=timedelta(0), id="after-paid")
 
 
@@ -66,23 +69,31 @@ async def test_a_due_time_wakes_the_scheduler_and_nothing_fires_early(url: str) 
         await until(lambda: none_pending(app))  # the firing is recorded after it lands
 
 
+async def idle(app: rv.App) -> None:
+    """Until the scheduler sleeps having seen every commit (this task runs only while the
+    loop's task is suspended, so it is inside that sleep)."""
+    await until(lambda: asyncio.sleep(0, app.scheduler.idle))
+
+
 async def test_an_append_wakes_a_scheduler_sleeping_until_a_later_schedule(url: str) -> None:
     app, orders = wall_app(url)
     async with app:
-        await orders.execute("o-far", Soon(ms=3_600_000))  # it sleeps for the poll interval
-        await asyncio.sleep(0.1)  # let it go to sleep first
+        await orders.execute("o-far", Soon(ms=3_600_000))
+        await idle(app)  # asleep for the poll interval (a minute)
         await orders.execute("o-now", Soon(ms=0))
         await until(lambda: nudged(orders, "o-now"), timeout=20)
         await until(lambda: pending_ids(app, ["soon:o-far"]))  # recorded after landing
 
 
 async def test_a_collector_batch_wakes_the_scheduler(url: str) -> None:
+    RELEASE["gate"] = asyncio.Event()
     app, orders = wall_app(url, soon_after_paid)
     async with app:
         await orders.execute("o-far", Soon(ms=3_600_000))
         await orders.execute("o-1", Place(total=3))
-        await asyncio.sleep(0.1)
-        await orders.execute("o-1", Pay())  # the side effect schedules a nudge, due now
+        await orders.execute("o-1", Pay())  # the side effect is held back
+        await idle(app)  # asleep with every commit seen, nothing due for a minute
+        RELEASE["gate"].set()  # the collector's batch commits a schedule due now
         await until(lambda: nudged(orders, "o-1"), timeout=20)
 
 
