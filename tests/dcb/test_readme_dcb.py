@@ -45,3 +45,10 @@ def test_the_readme_dcb_given_when_then_snippet_runs(tmp_path: Path) -> None:
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
+
+
+def test_the_readme_shows_this_code() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert EXAMPLE.read_text().strip() in readme
+    gwt = EXAMPLE.with_name("readme_gwt.py").read_text()
+    assert "".join(gwt.splitlines(keepends=True)[2:]).strip() in readme  # after 2 comment lines

@@ -89,3 +89,7 @@ def test_readme_dcb_store_example_runs(tmp_path: Path) -> None:
         "claimed again at 3",
         "3 UsernameClaimed ('username:ada', 'user:u2')",
     ]
+
+
+def test_the_snippet_is_the_readmes() -> None:
+    assert SNIPPET.strip() in (ROOT / "README.md").read_text()
