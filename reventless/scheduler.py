@@ -158,6 +158,7 @@ class Scheduler:
         #: Times the background loop went to sleep (nothing was due).
         self.sleeps = 0
         self._asleep_after: int | None = None  # the store's changes its sleep waits past
+        self._recording: set[asyncio.Task[None]] = set()
         self._round = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._commands: dict[tuple[type[Aggregate], str], type[Command]] = {}
@@ -189,6 +190,7 @@ class Scheduler:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self._flush()
 
     def _now(self) -> int:
         return to_us(self.clock.now())
@@ -202,7 +204,9 @@ class Scheduler:
             try:
                 nxt = await schedules.next_due(self.topics())
                 if nxt is not None and nxt <= self._now():
-                    if await self.run_due():
+                    async with self._round:
+                        tried = await self._fire_due(None)
+                    if tried:
                         continue
                     # due, but another process's claim holds the rows (PostgreSQL skips
                     # locked ones): look again shortly rather than spin
@@ -236,41 +240,70 @@ class Scheduler:
 
     async def run_due(self) -> list[Firing]:
         """Fire every schedule due now (by the clock) that no other process holds, in
-        rounds of ``batch``; returns what this call tried, in due order."""
-        schedules = self.store.schedules
+        rounds of ``batch``; returns what this call tried, in due order, once the store
+        has recorded it."""
         out: list[Firing] = []
         async with self._round:
-            while True:
-                now = self._now()
-                claimed = await schedules.claim(
-                    self.worker,
-                    now,
-                    lease_us=int(self.options.lease * 1_000_000),
-                    limit=self.options.batch,
-                    topics=self.topics(),
+            await self._fire_due(out.extend)
+            await self._flush()
+        return out
+
+    async def _fire_due(self, sink: Callable[[list[Firing]], Any] | None) -> int:
+        """Rounds of claims until nothing is due; how many schedules were tried. The
+        background loop keeps no list (a burst of 100,000 would stay in memory)."""
+        schedules = self.store.schedules
+        tried = 0
+        while True:
+            now = self._now()
+            claimed = await schedules.claim(
+                self.worker,
+                now,
+                lease_us=int(self.options.lease * 1_000_000),
+                limit=self.options.batch,
+                topics=self.topics(),
+            )
+            if not claimed:
+                return tried
+            firings = await asyncio.gather(*(self._fire(s) for s in claimed))
+            self._record([(f.schedule.id, f.schedule.generation) for f in firings if f.fired])
+            if any(not f.fired for f in firings):
+                firings = [self._settle(f) for f in firings]
+                await schedules.failed(
+                    self.worker, [self._failure(f, now) for f in firings if not f.fired]
                 )
-                if not claimed:
-                    return out
-                firings = await asyncio.gather(*(self._fire(s) for s in claimed))
-                await schedules.fired(
-                    [(f.schedule.id, f.schedule.generation) for f in firings if f.fired]
-                )
-                failed = [f for f in firings if not f.fired]
-                if failed:
-                    firings = [self._settle(f, now) for f in firings]
-                    await schedules.failed(
-                        self.worker,
-                        [self._failure(f, now) for f in firings if not f.fired],
-                    )
-                for f in firings:
-                    if f.result is not None:
-                        if f.result.duplicate:
-                            self.duplicates += 1
-                        else:
-                            self.fired += 1
-                out.extend(firings)
-                if len(claimed) < self.options.batch:  # what fell due meanwhile: next loop
-                    return out
+            for f in firings:
+                if f.result is not None:
+                    if f.result.duplicate:
+                        self.duplicates += 1
+                    else:
+                        self.fired += 1
+            if sink is not None:
+                sink(firings)
+            tried += len(firings)
+            if len(claimed) < self.options.batch:  # what fell due meanwhile: next loop
+                return tried
+
+    def _record(self, done: list[tuple[str, int]]) -> None:
+        """Delete the fired rows in the background: the next claim need not wait for it
+        (until it commits, the rows stay leased to this worker; if this process dies
+        first, a later claim finds their commands landed)."""
+        if not done:
+            return
+        task = asyncio.get_running_loop().create_task(self.store.schedules.fired(done))
+        self._recording.add(task)
+        task.add_done_callback(self._recorded)
+
+    def _recorded(self, task: asyncio.Task[None]) -> None:
+        self._recording.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "scheduler %s: recording fired schedules failed: %s", self.worker, task.exception()
+            )
+
+    async def _flush(self) -> None:
+        """Wait until the fired schedules of this process are recorded."""
+        while self._recording:
+            await asyncio.gather(*self._recording, return_exceptions=True)
 
     async def advance(self, by: timedelta | float) -> list[Firing]:
         """Move a ``ManualClock`` forward by ``by`` and fire what is due then (tests).
@@ -318,7 +351,7 @@ class Scheduler:
             return Firing(s, command, None, _error_text(exc))
         return Firing(s, command, result)
 
-    def _settle(self, f: Firing, now: int) -> Firing:
+    def _settle(self, f: Firing) -> Firing:
         """A failure that used up the attempts is dead."""
         if f.fired or f.dead or f.schedule.attempts + 1 < self.options.max_attempts:
             return f
