@@ -16,7 +16,8 @@ load, a decision and an append:
   command landed (its event's ``_produced_at``) minus when it was due.
 
 The scheduler runs in its own process, as in production; lateness and counts are read
-back from the store.
+back from the store. On PostgreSQL the bench runs ``ANALYZE rv_schedules`` after loading
+the schedules, as autovacuum would shortly after.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 import reventless as rv
 from reventless.ids import now_us
 from reventless.scheduling import ScheduledCommand
+from reventless.store import require_sql
 
 ROOT = Path(__file__).resolve().parent.parent
 CHUNK = 5000
@@ -100,6 +102,11 @@ async def plant(url: str, dues: list[int], far: int) -> None:
                 cmd = Ring(due_us=due).model_dump_json()
                 batch.append(ScheduledCommand(f"b-{i}", "Alarm", f"a-{i}", "Ring", cmd, due, "{}"))
             await app.store.schedules.write(batch)
+        if app.store.dialect == "postgresql":
+            # what autovacuum does within a minute of such a load: with the statistics of
+            # an empty table the planner scans every pending row per claim (~15-20 ms)
+            db = require_sql(app.store, "the bench").db
+            await db.write(lambda conn: conn.exec_driver_sql("ANALYZE rv_schedules"))
 
 
 def fire(url: str, expected: int) -> dict[str, float]:
@@ -241,7 +248,8 @@ def report(results: dict[str, dict[str, float]], pending: int, cmd: str) -> str:
         "(batches of 500). Burst: all schedules due at once. Steady: "
         f"{first['steady_due']:,.0f} of them due at {first['steady_rate']:,.0f}/s, the "
         "rest an hour away. Lateness is read from the store: the event's `_produced_at` "
-        "minus the due time (none fired early).",
+        "minus the due time (none fired early). PostgreSQL: `ANALYZE rv_schedules` after "
+        "loading (as autovacuum does shortly after a bulk load).",
         "",
         "| measure | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(names),
