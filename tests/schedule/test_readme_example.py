@@ -10,6 +10,26 @@ from pathlib import Path
 EXAMPLE = Path(__file__).with_name("readme_example.py")
 ROOT = Path(__file__).resolve().parents[2]
 
+#: The README's mapper and given/when/then blocks (after the example's definitions).
+MAPPER = """overdue = rv.EventMapper("overdue_orders")
+
+
+@overdue.on(Placed)
+def _(ev: rv.Envelope[Placed]) -> rv.Schedule:
+    assert ev.aggregate_id is not None
+    return rv.Schedule(Order, ev.aggregate_id, Expire(), after=timedelta(hours=1))
+"""
+
+GWT = """from reventless.testing import given, given_event
+
+given(Order, aggregate_id="o-1").when(Place(total=5)).then_scheduled(
+    rv.Schedule(Order, "o-1", Expire(), after=timedelta(minutes=30), id="expire:o-1")
+)
+given_event(overdue, "o-9", Placed(total=1)).then_scheduled(
+    rv.Schedule(Order, "o-9", Expire(), after=timedelta(hours=1))
+)
+"""
+
 
 def test_the_readme_example_expires_the_unpaid_order(tmp_path: Path) -> None:
     out = subprocess.run(
@@ -27,3 +47,10 @@ def test_the_readme_example_expires_the_unpaid_order(tmp_path: Path) -> None:
         "o-1: expired o-2: paid",
     ]
     assert (tmp_path / "orders.db").exists()
+
+
+def test_the_readme_mapper_and_gwt_blocks_run_after_the_example() -> None:
+    definitions = EXAMPLE.read_text().replace("asyncio.run(main())", "")
+    scope: dict[str, object] = {"__name__": "readme_schedules"}
+    exec(compile(definitions + MAPPER + GWT, "readme", "exec"), scope)  # raises if they fail
+    assert "overdue" in scope
