@@ -14,8 +14,11 @@ dead-lettered at once: a retry would decide the same. An App claims only the sch
 the logs it declares; another App on the store fires the others.
 
 Between rounds the scheduler sleeps until the earliest pending schedule is due, or until a
-commit wakes it (this process's, and on PostgreSQL every process's, through NOTIFY); never
-longer than ``poll_interval``. With a ``ManualClock`` nothing runs in the background: a
+commit that wrote schedules wakes it (this process's, and on PostgreSQL every process's,
+through NOTIFY ``:schedules``); never longer than ``poll_interval``. Commits without
+schedules do not wake it, so it costs an App nothing per command. On SQLite, schedules
+another process writes are seen at the next poll (at most ``poll_interval`` late when
+they are due sooner than that). With a ``ManualClock`` nothing runs in the background: a
 test moves the clock and fires what is due with ``advance`` (or ``run_due``).
 
 Example::
@@ -157,7 +160,7 @@ class Scheduler:
         self.duplicates = 0
         #: Times the background loop went to sleep (nothing was due).
         self.sleeps = 0
-        self._asleep_after: int | None = None  # the store's changes its sleep waits past
+        self._asleep_after: int | None = None  # the schedule changes its sleep waits past
         self._recording: set[asyncio.Task[None]] = set()
         self._round = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -172,9 +175,9 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        """True while the background loop sleeps having seen every commit so far: only a
-        due time or a new commit wakes it."""
-        return self._asleep_after is not None and self._asleep_after == self.store.changes
+        """True while the background loop sleeps having seen every schedule written so
+        far: only a due time or new schedules wake it."""
+        return self._asleep_after is not None and self._asleep_after == self.store.schedules.changes
 
     async def start(self) -> None:
         """Start firing in the background (unless disabled, or the clock is manual)."""
@@ -199,7 +202,7 @@ class Scheduler:
         opts = self.options
         schedules = self.store.schedules
         while True:
-            seen = self.store.changes  # a commit from here on wakes the wait below
+            seen = self.store.schedules.changes  # schedules written from here on wake it
             wait = opts.poll_interval
             try:
                 nxt = await schedules.next_due(self.topics())
@@ -225,12 +228,14 @@ class Scheduler:
                 self._asleep_after = None
 
     async def _sleep(self, seconds: float, seen: int) -> None:
-        """Until ``seconds`` pass on the clock or a commit after ``seen``."""
+        """Until ``seconds`` pass on the clock or schedules are written after ``seen``."""
         if isinstance(self.clock, SystemClock):
-            await self.store.wait_for_change(seconds, seen)
+            await self.store.schedules.wait_for_change(seconds, seen)
             return
         timer = asyncio.ensure_future(self.clock.sleep(seconds))
-        change = asyncio.ensure_future(self.store.wait_for_change(self.options.poll_interval, seen))
+        change = asyncio.ensure_future(
+            self.store.schedules.wait_for_change(self.options.poll_interval, seen)
+        )
         try:
             await asyncio.wait({timer, change}, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -215,7 +215,7 @@ class AsyncAppender:
                 await cur.execute(command_sql(self.db), command_row(req, result))
             except self.db.integrity_errors:
                 raise DuplicateCommand(req.command_id) from None
-        for sql, params in write_statements(self.db, req.schedules):
+        for sql, params in write_statements(self.db, req.schedules, notify=True):
             await cur.executemany(sql, params)
         return result
 
@@ -228,6 +228,8 @@ class AsyncAppender:
         commands = command_rows(reqs, results)
         if commands:
             await cur.executemany(command_sql(self.db), commands)
-        for sql, params in write_statements(self.db, (w for r in reqs for w in r.schedules)):
+        for sql, params in write_statements(
+            self.db, (w for r in reqs for w in r.schedules), notify=True
+        ):
             await cur.executemany(sql, params)
         return results

@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -38,6 +39,7 @@ from . import tables
 from .database import Database
 
 __all__ = [
+    "SCHEDULES_PAYLOAD",
     "ScheduleFailure",
     "ScheduleStore",
     "SqlScheduleStore",
@@ -51,6 +53,8 @@ Status = Literal["pending", "dead"]
 #: ``append.NOTIFY_CHANNEL`` (not imported: the appenders import this module). A payload
 #: without a head offset wakes waiting schedulers and collectors without moving a head.
 NOTIFY_CHANNEL = "rv_events"
+#: The payload of a commit that wrote schedules (wakes other processes' schedulers).
+SCHEDULES_PAYLOAD = ":schedules"
 
 #: Scheduled commands (see the module docstring). Times are microseconds since the epoch
 #: by the App's clock; ``next_at`` is when the row can next be claimed (the due time, a
@@ -184,7 +188,9 @@ def write_statements(
     if cancels:
         out.append((f"DELETE FROM rv_schedules WHERE id = {db.mark}", cancels))
     if notify and not db.is_sqlite:
-        out.append((f"SELECT pg_notify({db.mark}, {db.mark})", [(NOTIFY_CHANNEL, ":schedules")]))
+        out.append(
+            (f"SELECT pg_notify({db.mark}, {db.mark})", [(NOTIFY_CHANNEL, SCHEDULES_PAYLOAD)])
+        )
     return out
 
 
@@ -199,6 +205,21 @@ def write_sync(db: Database, conn: Connection, writes: Iterable[ScheduleWrite]) 
 
 class ScheduleStore(Protocol):
     """The scheduled commands of a store (``SqlScheduleStore`` implements it)."""
+
+    @property
+    def changes(self) -> int:
+        """Schedule writes signalled so far (see ``wait_for_change``)."""
+        ...
+
+    def signal(self) -> None:
+        """Note that schedules were written (called after such a commit)."""
+        ...
+
+    async def wait_for_change(self, timeout: float, seen: int) -> bool:
+        """Wait for schedules written after ``changes == seen``: by this process, and by
+        any process where the store can tell (PostgreSQL's NOTIFY); False on timeout.
+        Commits that wrote no schedule do not wake it."""
+        ...
 
     async def write(self, writes: Sequence[ScheduleWrite]) -> None:
         """Store (replace) or cancel schedules in a transaction of their own (producers
@@ -243,16 +264,41 @@ class ScheduleStore(Protocol):
 
 
 class SqlScheduleStore:
-    """``ScheduleStore`` on the SQL database. ``on_change`` is called (on the event loop)
-    after this process wrote schedules, so its scheduler wakes up."""
+    """``ScheduleStore`` on the SQL database. ``signal`` is called (on the event loop)
+    after a commit wrote schedules: this process's own writes, appends and collector
+    batches, and other processes' on PostgreSQL (their commit's NOTIFY ``:schedules``,
+    heard once ``listen`` started the store's listener). A scheduler waits on these
+    alone: an ordinary commit costs it nothing."""
 
-    def __init__(self, db: Database, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(self, db: Database, listen: Callable[[], None] | None = None) -> None:
         self.db = db
-        self.on_change = on_change
+        self._listen = listen
+        self._changes = 0
+        self._event = asyncio.Event()
+
+    @property
+    def changes(self) -> int:
+        return self._changes
+
+    def signal(self) -> None:
+        self._changes += 1
+        self._event.set()
+        self._event = asyncio.Event()
 
     def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
+        self.signal()
+
+    async def wait_for_change(self, timeout: float, seen: int) -> bool:
+        if self._listen is not None:
+            self._listen()
+        if self._changes != seen:
+            return True
+        try:
+            async with asyncio.timeout(timeout):  # not wait_for: 3.11's can eat a cancel
+                await self._event.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def write(self, writes: Sequence[ScheduleWrite]) -> None:
         if not writes:

@@ -45,7 +45,7 @@ from .leases import SqlLeaseStore
 from .readmodel import RowModel, SqlReadModelTable
 from .relay import SqlRelayPositions
 from .retention import SqlRetentionStore
-from .schedules import SqlScheduleStore
+from .schedules import SCHEDULES_PAYLOAD, SqlScheduleStore
 from .tagindex import TagIndex, create_tag_index, drop_tag_index
 
 if TYPE_CHECKING:
@@ -99,9 +99,9 @@ class SqlEventStore:
         #: Commits signalled so far (own appends, NOTIFYs): see ``wait_for_change``.
         self.changes = 0
         #: Collector state: checkpoints, dead letters, batch commits (``collector.py``).
-        self.collectors = SqlCollectorStore(db, on_schedules=self._signal)
-        #: Scheduled commands (``schedules.py``); writes wake ``wait_for_change``.
-        self.schedules = SqlScheduleStore(db, on_change=self._signal)
+        #: Scheduled commands (``schedules.py``); their writes wake ``schedules.wait_for_change``.
+        self.schedules = SqlScheduleStore(db, listen=self._listen)
+        self.collectors = SqlCollectorStore(db, on_schedules=self.schedules.signal)
         #: Leases of leased collector groups (``leases.py``).
         self.leases = SqlLeaseStore(db)
         #: Retention policies and horizons (``retention.py``): collectors check theirs.
@@ -144,7 +144,12 @@ class SqlEventStore:
         topic, _, head = payload.rpartition(":")
         if head.isdigit() and int(head) > self.known_heads.get(topic, 0):
             self.known_heads[topic] = int(head)
+        elif payload == SCHEDULES_PAYLOAD:
+            self.schedules.signal()
         self._signal()
+
+    def _listen(self) -> None:
+        self.db.listen(NOTIFY_CHANNEL, self._on_notify)
 
     def _signal(self) -> None:
         self.changes += 1
@@ -158,7 +163,7 @@ class SqlEventStore:
         returns at once."""
         # Only processes that wait (collectors) listen: a writer-only process would
         # otherwise be woken by every commit's NOTIFY, its own included.
-        self.db.listen(NOTIFY_CHANNEL, self._on_notify)
+        self._listen()
         if self.changes != seen:
             return True
         try:
@@ -330,10 +335,12 @@ class SqlEventStore:
                         raise
                     continue
                 done: list[AppendResult] = []
-                for (_, fut), out in zip(batch, outcomes, strict=True):
+                scheduled = False
+                for (req, fut), out in zip(batch, outcomes, strict=True):
                     if isinstance(out, AppendResult):
                         if not out.duplicate:
                             done.append(out)
+                            scheduled = scheduled or bool(req.schedules)
                             if out.last_offset > self.known_heads.get(out.topic, 0):
                                 self.known_heads[out.topic] = out.last_offset
                         fut.set_result(out)
@@ -341,6 +348,8 @@ class SqlEventStore:
                         fut.set_exception(out)
                 if done:
                     self._signal()
+                if scheduled:
+                    self.schedules.signal()
                 for listener in self.commit_listeners:
                     try:
                         listener(done)

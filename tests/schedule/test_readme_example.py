@@ -54,3 +54,9 @@ def test_the_readme_mapper_and_gwt_blocks_run_after_the_example() -> None:
     scope: dict[str, object] = {"__name__": "readme_schedules"}
     exec(compile(definitions + MAPPER + GWT, "readme", "exec"), scope)  # raises if they fail
     assert "overdue" in scope
+
+
+def test_the_readme_shows_this_code() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for code in (EXAMPLE.read_text(), MAPPER, GWT):
+        assert code.strip() in readme
