@@ -10,7 +10,7 @@ from typing import Any
 
 from ..codec import META_NAMES
 from ..store.catalog import StoredTopic
-from .encode import EVENT_NAMES, EncodedEvents, encode_events
+from .encode import EVENT_NAMES, TAGS_COLUMN, EncodedEvents, encode_events
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +21,12 @@ class TopicInfo(StoredTopic):
     @property
     def event_columns(self) -> list[str]:
         """Names a projection (``columns=[...]``) may list."""
-        return [EVENT_NAMES[n] for n in META_NAMES if n in EVENT_NAMES] + [
-            c.name for c in self.schema.columns
-        ]
+        tags = ["tags"] if self.schema.tags_at is not None else []
+        return (
+            [EVENT_NAMES[n] for n in META_NAMES if n in EVENT_NAMES]
+            + tags
+            + [c.name for c in self.schema.columns if c.name != TAGS_COLUMN]
+        )
 
     @classmethod
     def of(cls, topic: StoredTopic) -> TopicInfo:

@@ -1,7 +1,8 @@
 """Stored rows -> the JSON text of subscription events, a page at a time.
 
 A subscription's event is ``{"offset", "type", "key", ..., "data": {field: value}}`` (the
-names in ``EVENT_NAMES``), projected to the listed ``columns``; its JSON text is exactly
+names in ``EVENT_NAMES``, and ``"tags": [...]`` on a topic with tags), projected to the
+listed ``columns``; its JSON text is exactly
 ``json.dumps(event, separators=(",", ":"))`` of the values ``to_json_value`` makes of the
 decoded Arrow values (ISO text for datetimes, dates and times, integer microseconds for
 durations, standard base64 for bytes, text for decimals). ``encode_events`` builds it for a
@@ -44,6 +45,8 @@ EVENT_NAMES: dict[str, str] = {
     **{c: a for a, c in COLUMN_ALIASES.items() if a not in ("key", "aggregate_id", "type")},
 }
 _HIDDEN = {"_row_idx"}
+#: The stored tags column: a tagged topic's events carry it as ``"tags": [...]``.
+TAGS_COLUMN = "_tags"
 
 # what the SSE frames have always carried: json.dumps(event, separators=(",", ":"))
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
@@ -132,10 +135,12 @@ def _plan(schema: TopicSchema, columns: tuple[str, ...] | None) -> _Plan:
         for stored, name in EVENT_NAMES.items()
         if stored not in _HIDDEN and (keep is None or name in keep)
     ]
+    if schema.tags_at is not None and (keep is None or "tags" in keep):
+        meta.append(("tags", arrow.get_field_index(TAGS_COLUMN)))  # beside the metadata
     fields = [
         (c.name, arrow.get_field_index(c.name), c.sql_kind == "json")
         for c in schema.columns
-        if keep is None or c.name in keep
+        if c.name != TAGS_COLUMN and (keep is None or c.name in keep)
     ]
     convs = [(i, _frags(arrow.field(i).type, False)) for _, i in meta]
     convs += [(i, _frags(arrow.field(i).type, is_json)) for _, i, is_json in fields]

@@ -250,3 +250,35 @@ def test_read_model_filters_by_tag_sqlite(file_url: str) -> None:
 @pytest.mark.postgres
 def test_read_model_filters_by_tag_postgres(pg_url: str) -> None:
     asyncio.run(_read_model_sees_tagged(pg_url))
+
+
+async def _subscription_by_tag(url: str) -> None:
+    from reventless.subscribe import BadRequestError, Subscriptions
+
+    app = rv.App(store=url)
+    log = app.dcb_log("notes", events=Noted | Flagged)
+    async with app:
+        await log.append([Noted(topic_id="a"), Noted(topic_id="b"), Flagged(who="a")])
+        await log.append([Noted(topic_id="c")], tags=["x:1"])
+        async with Subscriptions.from_url(url) as subs:
+            sub = await subs.create("notes", where="tag LIKE 't:%' AND NOT tag = 't:b'")
+            page = await subs.poll(sub.id, limit=10)
+            assert [(e["offset"], e["tags"]) for e in page.events] == [
+                (1, ["t:a"]),
+                (4, ["t:c", "x:1"]),
+            ]
+            assert page.events[0]["data"] == {"topic_id": "a", "n": 0, "who": None}
+            only = await subs.create("notes", where="tag = 'who:a'", columns=["tags"])
+            page = await subs.poll(only.id, limit=10)
+            assert page.events == [{"offset": 3, "tags": ["who:a"]}]
+            with pytest.raises(BadRequestError, match="unknown columns"):
+                await subs.create("notes", columns=["_tags"])
+
+
+def test_subscription_filters_by_tag_sqlite(file_url: str) -> None:
+    asyncio.run(_subscription_by_tag(file_url))
+
+
+@pytest.mark.postgres
+def test_subscription_filters_by_tag_postgres(pg_url: str) -> None:
+    asyncio.run(_subscription_by_tag(pg_url))
