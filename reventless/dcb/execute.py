@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from ..codec import TopicSchema
 from ..decode import decode_row
-from ..errors import AppendConditionError, CommandIdReusedError, Rejected, StoreError
+from ..errors import AppendConditionError, Rejected, StoreError
 from ..spec import Command, Envelope, Event, Metadata
 from ..store.append import AppendResult, CommandRecord
 from ..store.port import Store
@@ -112,6 +112,10 @@ class DecidingLog(Protocol):
         """The events matching ``query`` after ``after``, in log order."""
         ...
 
+    async def landed(self, command_id: str | None) -> CommandRecord | None:
+        """Where the append that carried ``command_id`` landed (None if none did)."""
+        ...
+
     async def append(
         self,
         events: Sequence[Event],
@@ -125,19 +129,6 @@ class DecidingLog(Protocol):
         ...
 
 
-async def _landed(log: DecidingLog, command_id: str | None) -> CommandRecord | None:
-    """The record of ``command_id`` if it landed (on this log: else an error)."""
-    if command_id is None:
-        return None
-    rec = await log.store.find_command(command_id)
-    if rec is None:
-        return None
-    if rec.topic != log.name or rec.aggregate_id is not None:
-        where = rec.topic if rec.aggregate_id is None else f"{rec.topic}/{rec.aggregate_id}"
-        raise CommandIdReusedError(command_id, where, log.name)
-    return rec
-
-
 async def _original(log: DecidingLog, rec: CommandRecord) -> DecisionResult:
     """A decision's original outcome, rebuilt from its record and the log."""
     first, last = rec.first_offset, rec.last_offset
@@ -149,7 +140,7 @@ async def _original(log: DecidingLog, rec: CommandRecord) -> DecisionResult:
 
 
 async def _must_have_landed(log: DecidingLog, command_id: str | None) -> DecisionResult:
-    rec = await _landed(log, command_id)
+    rec = await log.landed(command_id)
     if rec is None:  # the store said duplicate, so the record is committed
         raise StoreError(f"command id {command_id!r} was reported landed but has no record")
     return await _original(log, rec)
@@ -175,7 +166,7 @@ async def execute(
     opts = options or DecideOptions()
     models = decider.models(command)  # built once: a retry reads the same query
     query = decider.query(models.values())
-    landed = await _landed(log, command_id)
+    landed = await log.landed(command_id)
     if landed is not None:
         return await _original(log, landed)
     if queue is None or not opts.queue:
@@ -207,12 +198,12 @@ async def _attempts(
         except Rejected:
             # A twin of this command (another process) may have landed in between: then
             # the state refuses what the log already holds.
-            landed = await _landed(log, command_id)
+            landed = await log.landed(command_id)
             if landed is not None:
                 return await _original(log, landed)
             raise
         if not events:
-            landed = await _landed(log, command_id)
+            landed = await log.landed(command_id)
             if landed is not None:
                 return await _original(log, landed)
             return DecisionResult((), 0, -1, position, attempt)
@@ -220,7 +211,7 @@ async def _attempts(
         try:
             res = await log.append(events, condition=condition, meta=meta, command_id=command_id)
         except AppendConditionError:
-            landed = await _landed(log, command_id)  # the winner may have been this command
+            landed = await log.landed(command_id)  # the winner may have been this command
             if landed is not None:
                 return await _original(log, landed)
             if attempt == opts.max_attempts:

@@ -199,7 +199,7 @@ class DcbLog:
             raise StoreError(f"{type(bad).__name__} is not an event of DCB log {self.name!r}")
         extra = self._extra(tags, len(events))
         if command_id is not None:
-            landed = await self._landed(command_id)
+            landed = await self.landed(command_id)
             if landed is not None:
                 return await self._appended(landed)
         if not events:
@@ -211,18 +211,20 @@ class DcbLog:
             res = await self.store.append(request)
         except AppendConditionError:
             # the event that failed the condition may be this very command's (a retry)
-            landed = await self._landed(command_id)
+            landed = await self.landed(command_id)
             if landed is None:
                 raise
             return await self._appended(landed)
         if res.duplicate:  # a racing twin recorded the id first
-            landed = await self._landed(command_id)
+            landed = await self.landed(command_id)
             if landed is None:
                 raise StoreError(f"command id {command_id!r} was reported landed but has no record")
             return await self._appended(landed)
         return res
 
-    async def _landed(self, command_id: str | None) -> CommandRecord | None:
+    async def landed(self, command_id: str | None) -> CommandRecord | None:
+        """Where the append that carried ``command_id`` landed on this log (None if none
+        did); ``CommandIdReusedError`` if it landed on another log or aggregate."""
         if command_id is None:
             return None
         rec = await self.store.find_command(command_id)

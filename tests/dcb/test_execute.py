@@ -71,6 +71,9 @@ class Interleaved:
     def schema(self) -> Any:
         return self.log.schema
 
+    async def landed(self, command_id: str | None) -> Any:
+        return await self.log.landed(command_id)
+
     async def read(self, query: rv.Query, *, after: int = 0) -> list[rv.Envelope[Any]]:
         self.reads.append(after)
         envs = await self.log.read(query, after=after)
