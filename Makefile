@@ -64,6 +64,7 @@ ifeq ($(QUICK),1)
 	$(BIN)/python -m bench.subscribe --rows 5000 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.collector_where --rows 5000 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.gateway --quick --postgres --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
+	$(BIN)/python -m bench.dcb --quick --postgres --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.schedules --quick --postgres --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	@echo "quick bench report: $(BENCH_QUICK_DIR)/BENCHMARKS.md"
 else
@@ -74,6 +75,7 @@ else
 	$(BIN)/python -m bench.subscribe --out BENCHMARKS.md
 	$(BIN)/python -m bench.collector_where --out BENCHMARKS.md
 	$(BIN)/python -m bench.gateway --postgres --out BENCHMARKS.md
+	$(BIN)/python -m bench.dcb --postgres --out BENCHMARKS.md
 	$(BIN)/python -m bench.schedules --postgres --out BENCHMARKS.md
 endif
 
