@@ -51,8 +51,9 @@ def report(results: Results, sizes: dict[str, int], cmd: str, settings: dict[str
         "",
         "## Dynamic consistency boundaries (DCB)",
         "",
-        f"Command: `{cmd}`. One process, one App; each part runs in its own process "
-        "(peak RSS is that process's `VmHWM`). SQLite: a file, WAL, `synchronous=FULL`."
+        f"Command: `{cmd}`. Each part runs in its own process with one App (peak RSS is "
+        "that process's `VmHWM`); one run, and on a shared 2-core machine runs differ by "
+        "up to ~25%. SQLite: a file, WAL, `synchronous=FULL`."
         + (
             " PostgreSQL: the local server (`synchronous_commit="
             f"{settings.get('synchronous_commit', '?')}`, `fsync={settings.get('fsync', '?')}`"
@@ -143,7 +144,7 @@ def report(results: Results, sizes: dict[str, int], cmd: str, settings: dict[str
         ],
     )
     lines.append("")
-    lines += [f"Plan of the read ({n}): `{r['reads']['plan']}`." for n, r in results.items()]
+    lines += [f"- plan of the read, {n}: `{r['reads']['plan']}`" for n, r in results.items()]
     lines += ["", *_es_lines(results, sizes)]
     return "\n".join(lines)
 
@@ -167,7 +168,8 @@ def _es_lines(results: Results, sizes: dict[str, int]) -> list[str]:
         "(pool of 8 connections) against reventless's 8 asyncio tasks (with the queue). "
         "eventsourcing's conditional append locks the events table (`LOCK TABLE ... IN "
         "EXCLUSIVE MODE`), so its conditional appends take turns; reventless's lock only "
-        "the tags they check.",
+        "the tags they check. Client CPU: the deciding process's CPU time per decision "
+        "(the 2 cores also run the server).",
         "",
         "| PostgreSQL | reventless | eventsourcing | reventless / eventsourcing |",
         "|---|---|---|---|",
@@ -180,5 +182,11 @@ def _es_lines(results: Results, sizes: dict[str, int]) -> list[str]:
             f"| {label} | {rv_d[rk]:,.0f} ({rv_d[f'{rk}_att']:.2f}) | "
             f"{pg[ek]:,.0f} ({pg[f'{ek}_att']:.2f}) | {rv_d[rk] / pg[ek]:.2f} |"
         )
+    for label, rk, ek in (
+        ("client CPU per decision, ms, one at a time", "c_seq", "es_seq"),
+        ("client CPU per decision, ms, 8 in flight", "c_8q", "es_8"),
+    ):
+        rc, ec = rv_d[f"{rk}_cpu"], pg[f"{ek}_cpu"]
+        lines.append(f"| {label} | {rc:.2f} | {ec:.2f} | {rc / ec:.2f} |")
     lines.append(f"| eventsourcing process peak RSS, MB | | {pg['rss']:.0f} | |")
     return lines
