@@ -103,16 +103,24 @@ def condition_keys(topic: str, query: Query) -> tuple[set[int], bool]:
     return keys, whole
 
 
-def lock_keys(shared: set[int], exclusive: set[int]) -> tuple[str, list[int]]:
-    """One statement taking the advisory locks in ascending key order (exclusive wins over
-    shared for a key in both), and its parameters; ``("", [])`` when there are none."""
+#: Lock calls per statement (PostgreSQL allows at most 1664 entries in a SELECT list).
+_LOCKS_PER_STATEMENT = 1000
+
+
+def lock_keys(shared: set[int], exclusive: set[int]) -> list[tuple[str, list[int]]]:
+    """The statements taking the advisory locks in ascending key order (exclusive wins
+    over shared for a key in both), each with its parameters; empty when there are none.
+    Keys are taken up to ``_LOCKS_PER_STATEMENT`` per statement, still in one order."""
     keys = sorted(shared | exclusive)
-    if not keys:
-        return "", []
-    calls = [
-        f"pg_advisory_xact_lock{'' if k in exclusive else '_shared'}(%s::bigint)" for k in keys
-    ]
-    return "SELECT " + ", ".join(calls), keys
+    out: list[tuple[str, list[int]]] = []
+    for i in range(0, len(keys), _LOCKS_PER_STATEMENT):
+        chunk = keys[i : i + _LOCKS_PER_STATEMENT]
+        calls = [
+            f"pg_advisory_xact_lock{'' if k in exclusive else '_shared'}(%s::bigint)"
+            for k in chunk
+        ]
+        out.append(("SELECT " + ", ".join(calls), chunk))
+    return out
 
 
 def guarded(req: AppendRequest, info: TableInfo) -> bool:
@@ -221,8 +229,7 @@ async def pg_guard(cur: Any, db: Database, info: TableInfo, req: AppendRequest) 
     if info.tags is not None and info.tags.guarded:
         shared = write_keys(req.topic, req.rows, info.tags.tags_at)
     exclusive, whole = condition_keys(req.topic, cond.query) if cond is not None else (set(), False)
-    sql, keys = lock_keys(shared, exclusive)
-    if sql:
+    for sql, keys in lock_keys(shared, exclusive):
         await cur.execute(sql, keys)
     if cond is None:
         return

@@ -285,6 +285,22 @@ async def test_append_tags_argument(url: str) -> None:
         assert await log.head() == 4
 
 
+async def test_an_append_with_thousands_of_distinct_tags(url: str) -> None:
+    """One lock key per tag: more than a PostgreSQL SELECT list holds (1664) still lands,
+    under a condition too, and the index has every tag."""
+    app = rv.App(store=url)
+    log = app.dcb_log("bulk", events=EVENTS)
+    async with app:
+        notes = [NoteTaken(text=str(i)) for i in range(2500)]
+        cond = rv.AppendCondition(rv.Query.of(tags=["bulk:2499"]))
+        res = await log.append(notes, tags=[[f"bulk:{i}"] for i in range(2500)], condition=cond)
+        assert (res.first_offset, res.last_offset) == (1, 2500)
+        _, index = await stored(app, "bulk")
+        assert len(index) == 2500
+        with pytest.raises(rv.AppendConditionError):
+            await log.append([NoteTaken(text="x")], condition=cond)
+
+
 async def test_condition_check_uses_the_indexes(url: str) -> None:
     app = rv.App(store=url)
     log = app.dcb_log("plan", events=EVENTS)

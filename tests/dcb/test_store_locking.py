@@ -89,7 +89,7 @@ async def test_disjoint_keys_do_not_serialise(pg_url: str) -> None:
         # Another transaction in its check phase for tag "claimed:a": it holds the key's
         # lock as a conditional append does (same key, same statement), and stays open.
         keys, _ = condition_keys("claims", rv.Query.of(tags=["claimed:a"]))
-        sql, params = lock_keys(set(), keys)
+        [(sql, params)] = lock_keys(set(), keys)
         plain = pg_url.replace("postgresql+psycopg://", "postgresql://").partition("?")[0]
         holder = await psycopg.AsyncConnection.connect(plain)
         try:
