@@ -116,8 +116,7 @@ def lock_keys(shared: set[int], exclusive: set[int]) -> list[tuple[str, list[int
     for i in range(0, len(keys), _LOCKS_PER_STATEMENT):
         chunk = keys[i : i + _LOCKS_PER_STATEMENT]
         calls = [
-            f"pg_advisory_xact_lock{'' if k in exclusive else '_shared'}(%s::bigint)"
-            for k in chunk
+            f"pg_advisory_xact_lock{'' if k in exclusive else '_shared'}(%s::bigint)" for k in chunk
         ]
         out.append(("SELECT " + ", ".join(calls), chunk))
     return out
