@@ -25,7 +25,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -37,6 +36,7 @@ from ..ids import now_us
 from ..scheduling import CancelSchedule, ScheduledCommand, ScheduleWrite
 from . import tables
 from .database import Database
+from .signal import ChangeSignal
 
 __all__ = [
     "SCHEDULES_PAYLOAD",
@@ -273,17 +273,14 @@ class SqlScheduleStore:
     def __init__(self, db: Database, listen: Callable[[], None] | None = None) -> None:
         self.db = db
         self._listen = listen
-        self._changes = 0
-        self._event = asyncio.Event()
+        self._changes = ChangeSignal()
 
     @property
     def changes(self) -> int:
-        return self._changes
+        return self._changes.count
 
     def signal(self) -> None:
-        self._changes += 1
-        self._event.set()
-        self._event = asyncio.Event()
+        self._changes.fire()
 
     def _changed(self) -> None:
         self.signal()
@@ -291,14 +288,7 @@ class SqlScheduleStore:
     async def wait_for_change(self, timeout: float, seen: int) -> bool:
         if self._listen is not None:
             self._listen()
-        if self._changes != seen:
-            return True
-        try:
-            async with asyncio.timeout(timeout):  # not wait_for: 3.11's can eat a cancel
-                await self._event.wait()
-        except TimeoutError:
-            return False
-        return True
+        return await self._changes.wait(timeout, seen)
 
     async def write(self, writes: Sequence[ScheduleWrite]) -> None:
         if not writes:

@@ -46,6 +46,7 @@ from .readmodel import RowModel, SqlReadModelTable
 from .relay import SqlRelayPositions
 from .retention import SqlRetentionStore
 from .schedules import SCHEDULES_PAYLOAD, SqlScheduleStore
+from .signal import ChangeSignal
 from .tagindex import TagIndex, create_tag_index, drop_tag_index
 
 if TYPE_CHECKING:
@@ -94,10 +95,9 @@ class SqlEventStore:
         self._async: AsyncAppender | None = None
         #: Conditional appends and appends to DCB logs (``dcb.py``).
         self._dcb = DcbAppends(db, lambda topic: self._entry(topic).info, self._appender, None)
-        self._changed = asyncio.Event()
-        self._commands = CommandLookup(db)
         #: Commits signalled so far (own appends, NOTIFYs): see ``wait_for_change``.
-        self.changes = 0
+        self._changes = ChangeSignal()
+        self._commands = CommandLookup(db)
         #: Collector state: checkpoints, dead letters, batch commits (``collector.py``).
         #: Scheduled commands (``schedules.py``); their writes wake ``schedules.wait_for_change``.
         self.schedules = SqlScheduleStore(db, listen=self._listen)
@@ -134,7 +134,6 @@ class SqlEventStore:
                 self._appender,
                 lambda: AsyncAppender(self.db, lambda topic: self._entry(topic).info, self.db.url),
             )
-        self._changed = asyncio.Event()
 
     def _create_tables(self, conn: Connection) -> None:
         self.db.create_sync(conn, tables.metadata)
@@ -151,10 +150,13 @@ class SqlEventStore:
     def _listen(self) -> None:
         self.db.listen(NOTIFY_CHANNEL, self._on_notify)
 
+    @property
+    def changes(self) -> int:
+        """Commits signalled so far (this process's, and NOTIFYs heard)."""
+        return self._changes.count
+
     def _signal(self) -> None:
-        self.changes += 1
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._changes.fire()
 
     async def wait_for_change(self, timeout: float, seen: int) -> bool:
         """Wait until something is committed (this process, or any process on PostgreSQL,
@@ -164,14 +166,7 @@ class SqlEventStore:
         # Only processes that wait (collectors) listen: a writer-only process would
         # otherwise be woken by every commit's NOTIFY, its own included.
         self._listen()
-        if self.changes != seen:
-            return True
-        try:
-            async with asyncio.timeout(timeout):  # not wait_for: 3.11's can eat a cancel
-                await self._changed.wait()
-        except TimeoutError:
-            return False
-        return True
+        return await self._changes.wait(timeout, seen)
 
     async def close(self) -> None:
         """Wait for queued appends, then close the database."""
