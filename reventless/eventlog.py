@@ -42,7 +42,7 @@ from .spec import Aggregate, Command, Directive, Event, Metadata
 from .store.append import AppendRequest, AppendResult, CommandRecord
 from .tags import check_tag
 from .topic import Topic
-from .topicdef import TopicDef, partition_of, stored_rows
+from .topicdef import TopicDef, partition_of, row_context, stored_rows
 
 A = TypeVar("A", bound=Aggregate)
 _EMPTY_META = Metadata()
@@ -175,14 +175,7 @@ class EventLog(Topic, Generic[A]):
         command_id: str | None,
     ) -> list[tuple[Any, ...]]:
         ids = uuid7_strs(len(events))
-        context = (
-            meta.correlation_id or command_id or ids[0],
-            meta.causation_id or command_id,
-            meta.user,
-            meta.service or self.service,
-            meta.ip,
-            tenant,
-        )
+        context = row_context(meta, self.service, tenant, command_id=command_id, first_id=ids[0])
         partition = partition_of(aggregate_id, self.definition.partitions)
         encoders = self._encoders
         return stored_rows(

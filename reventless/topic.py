@@ -28,7 +28,7 @@ from .ids import now_us, uuid7_strs
 from .spec import Envelope, Metadata
 from .store.append import AppendRequest, AppendResult, StoredRow
 from .store.port import Store
-from .topicdef import TopicDef, partition_of, stored_rows
+from .topicdef import TopicDef, partition_of, row_context, stored_rows
 
 _EMPTY_META = Metadata()
 
@@ -166,14 +166,7 @@ class Topic:
         key_idx = [c.name for c in self.schema.columns].index(key) if key else None
         keys = [None if key_idx is None or f[key_idx] is None else str(f[key_idx]) for f in fields]
         parts = self.definition.partitions
-        context = (
-            meta.correlation_id,
-            meta.causation_id,
-            meta.user,
-            meta.service or self.service,
-            meta.ip,
-            tenant,
-        )
+        context = row_context(meta, self.service, tenant)
         rows = stored_rows(
             now_us(),
             uuid7_strs(len(fields)),

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from .codec import TopicSchema
 from .errors import SpecError
+from .spec import Metadata
 
 #: ``dcb``: a DCB log (many event types, no aggregate ids, tags; ``reventless.dcb``).
 TopicKind = Literal["aggregate", "model", "arrow", "dcb"]
@@ -52,6 +53,27 @@ RowContext = tuple[str | None, str | None, str | None, str | None, str | None, s
 #: One row's own metadata and field values: aggregate id, version, type, schema version,
 #: partition, fields.
 RowEntry = tuple[str | None, int | None, str, int, int, Sequence[Any]]
+
+
+def row_context(
+    meta: Metadata,
+    service: str | None,
+    tenant: str | None,
+    *,
+    command_id: str | None = None,
+    first_id: str | None = None,
+) -> RowContext:
+    """The metadata every row of one append shares: ``meta``'s, with ``service`` where
+    ``meta`` names none. A command's rows are caused by its ``command_id`` and correlated
+    by it (or, without one, by the append's ``first_id``) unless ``meta`` says otherwise."""
+    return (
+        meta.correlation_id or command_id or first_id,
+        meta.causation_id or command_id,
+        meta.user,
+        meta.service or service,
+        meta.ip,
+        tenant,
+    )
 
 
 def stored_rows(

@@ -49,7 +49,7 @@ from ..store.append import AppendRequest, AppendResult, CommandRecord
 from ..store.port import Store
 from ..tags import AppendCondition, Query, check_tag
 from ..topic import Topic
-from ..topicdef import TopicDef, partition_of, stored_rows
+from ..topicdef import TopicDef, partition_of, row_context, stored_rows
 from .decider import Decider, ModelSource
 from .execute import DecideOptions, DecisionResult, execute
 from .queue import DecisionQueue
@@ -151,14 +151,7 @@ class DcbLog:
         command_id: str | None,
     ) -> list[tuple[Any, ...]]:
         ids = uuid7_strs(len(events))
-        context = (
-            meta.correlation_id or command_id or ids[0],
-            meta.causation_id or command_id,
-            meta.user,
-            meta.service or self.service,
-            meta.ip,
-            tenant,
-        )
+        context = row_context(meta, self.service, tenant, command_id=command_id, first_id=ids[0])
         parts = self.definition.partitions
         entries = []
         for i, e in enumerate(events):
