@@ -214,7 +214,7 @@ class EventLog(Topic, Generic[A]):
         ``tags`` adds tags to every event's own (a log whose events declare ``Tag`` fields).
         """
         meta = meta or _EMPTY_META
-        tenant = self._check_tenant(meta.tenant)
+        tenant = self.check_tenant(meta.tenant)
         for e in events:
             if type(e) not in self.spec.event_classes:
                 raise StoreError(f"{type(e).__name__} is not an event of {self.spec.__name__}")
@@ -366,7 +366,7 @@ class EventLog(Topic, Generic[A]):
         self, aggregate_id: str, command: Command, meta: Metadata | None, command_id: str | None
     ) -> ExecuteResult:
         meta = meta or _EMPTY_META
-        tenant = self._check_tenant(meta.tenant)
+        tenant = self.check_tenant(meta.tenant)
         opts = self.options
         landed = await self._landed(aggregate_id, command_id)
         if landed is not None:

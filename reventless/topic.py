@@ -63,7 +63,9 @@ class Topic:
         """The topic's Arrow schema (metadata columns first)."""
         return self.schema.arrow_schema
 
-    def _check_tenant(self, tenant: str | None) -> str | None:
+    def check_tenant(self, tenant: str | None) -> str | None:
+        """The tenant an append with ``tenant`` writes: a pinned topic's own (also when
+        ``tenant`` is None), else ``tenant``; ``TenantError`` for another tenant."""
         pinned = self.definition.tenant
         if pinned is None:
             return tenant
@@ -156,7 +158,7 @@ class Topic:
         if self.definition.kind == "dcb":
             raise StoreError(f"{self.name!r} is a DCB log: use DcbLog.append/execute")
         meta = meta or _EMPTY_META
-        tenant = self._check_tenant(meta.tenant)
+        tenant = self.check_tenant(meta.tenant)
         fields = self.schema.encode_rows(data)
         if not fields:
             head = await self.head()

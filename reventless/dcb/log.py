@@ -41,7 +41,6 @@ from ..errors import (
     CommandIdReusedError,
     MetadataError,
     StoreError,
-    TenantError,
 )
 from ..ids import now_us, uuid7_strs
 from ..spec import Command, Envelope, Event, Metadata
@@ -115,14 +114,6 @@ class DcbLog:
         schema = self.schema
         return [envelope_of(schema, self.name, r) for r in rows]
 
-    def _check_tenant(self, tenant: str | None) -> str | None:
-        pinned = self.definition.tenant
-        if pinned is None:
-            return tenant
-        if tenant is not None and tenant != pinned:
-            raise TenantError(f"topic {self.name!r} belongs to tenant {pinned!r}, not {tenant!r}")
-        return pinned
-
     def _extra(self, tags: Tags | None, n: int) -> list[tuple[str, ...]] | None:
         """Per event, the extra tags given at append (checked); None: none given."""
         if tags is None:
@@ -186,7 +177,7 @@ class DcbLog:
         no events does nothing and returns the empty range at the head.
         """
         meta = meta or _EMPTY_META
-        tenant = self._check_tenant(meta.tenant)
+        tenant = self.topic.check_tenant(meta.tenant)
         bad = next((e for e in events if type(e) not in self._encoders), None)
         if bad is not None:
             raise StoreError(f"{type(bad).__name__} is not an event of DCB log {self.name!r}")

@@ -481,3 +481,15 @@ async def test_conditions_ignore_events_retention_deleted(lasting_url: str) -> N
         claim_b = rv.AppendCondition(rv.Query.of(tags=["claimed:b"]))
         with pytest.raises(rv.AppendConditionError):  # what retention kept still counts
             await log.append([NoteTaken(text="b")], condition=claim_b)
+
+
+async def test_a_dcb_log_pinned_to_a_tenant(url: str) -> None:
+    app = rv.App(store=url)
+    log = app.dcb_log("acme_claims", events=EVENTS, tenant="acme")
+    async with app:
+        await log.append([NoteTaken(text="mine")])  # stamped with the pinned tenant
+        with pytest.raises(rv.TenantError):
+            await log.append([NoteTaken(text="theirs")], meta=rv.Metadata(tenant="other"))
+        [env] = await log.read(rv.Query.all())
+        assert env.meta.tenant == "acme"
+        assert await log.head() == 1  # the refused append landed nothing
