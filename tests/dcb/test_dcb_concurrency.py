@@ -26,7 +26,12 @@ from examples.dcb.invoices import InvoiceCreated
 from examples.dcb.usernames import EVENTS as ACCOUNT_EVENTS
 from examples.dcb.usernames import AccountRegistered, UsernameChanged
 from tests.dcb.oracle import CourseOracle, UsernameOracle, invoice_numbers_are_gapless, replay
-from tests.dcb.writers import churn_usernames, create_invoices, subscribe_everyone
+from tests.dcb.writers import (
+    churn_usernames,
+    create_invoices,
+    start_together,
+    subscribe_everyone,
+)
 
 WRITERS = 8
 
@@ -43,8 +48,10 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def run_writers(fn: Any, *args_per_worker: tuple[Any, ...]) -> list[Any]:
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(len(args_per_worker), mp_context=ctx) as pool:
-        futures = [pool.submit(fn, *args) for args in args_per_worker]
+    n = len(args_per_worker)
+    with ctx.Manager() as manager, ProcessPoolExecutor(n, mp_context=ctx) as pool:
+        barrier = manager.Barrier(n)  # the writers start their decisions together
+        futures = [pool.submit(start_together, barrier, fn, *args) for args in args_per_worker]
         return [f.result(timeout=240) for f in futures]
 
 

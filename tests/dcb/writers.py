@@ -16,6 +16,15 @@ from examples.dcb.invoices import CreateInvoice, InvoiceCreated, invoices
 from examples.dcb.usernames import EVENTS as ACCOUNT_EVENTS
 from examples.dcb.usernames import ChangeUsername, CloseAccount, RegisterAccount, accounts
 
+
+def start_together(barrier: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)`` once every writer process is up (imports done): spawned processes
+    start seconds apart on a loaded machine, and one that finished before the others began
+    would race no one."""
+    barrier.wait(timeout=120)
+    return fn(*args)
+
+
 #: Contention is the point here: retry until the decision lands or is rejected.
 PATIENT = rv.DecideOptions(max_attempts=500, backoff_base=0.002, backoff_max=0.05)
 
