@@ -69,6 +69,10 @@ class AppOptions:
     #: Seconds rows committed by another process may stay unpublished before this
     #: process's relay publishes them (their writer died before its relay did).
     relay_orphan_after: float = 3.0
+    #: Publish this process's commits to the broker (the relay). ``False`` for pure batch
+    #: loads: nothing is encoded or published here; collectors still catch up from the
+    #: store, and another process's relay publishes the rows after ``relay_orphan_after``.
+    publish: bool = True
     #: Default partition count of new topics (fixed per topic once created).
     partitions: int = 1
     #: At the first App start in a process: ``gc.collect()`` then ``gc.freeze()``, so
@@ -327,14 +331,15 @@ class App:
         for d in defs.values():  # pyarrow's lazy set-up (~0.2 s) now, not at the first event
             empty = decode_batch(encode_batch(d.schema.to_arrow([])))
             d.schema.from_arrow_rows(empty, with_meta=True)
-        self._relay = Relay(
-            self.store,
-            self.broker,
-            defs,
-            retry_interval=self.options.relay_retry_interval,
-            orphan_after=self.options.relay_orphan_after,
-        )
-        await self._relay.start()
+        if self.options.publish:
+            self._relay = Relay(
+                self.store,
+                self.broker,
+                defs,
+                retry_interval=self.options.relay_retry_interval,
+                orphan_after=self.options.relay_orphan_after,
+            )
+            await self._relay.start()
         for name, comp in self._components.items():
             kw: dict[str, Any] = {
                 "store": self.store,
@@ -465,6 +470,13 @@ class App:
         """The derived shape of this App's collectors (dispatch, filters, consumer groups,
         channels): fixed once the App started, else computed from the declarations now."""
         return self._topology if self._topology is not None else Topology.of(self)
+
+    @property
+    def relay(self) -> Relay | None:
+        """The outbox relay of this process once started (``published`` positions,
+        ``unheard`` rows no subscriber would have received); None before ``start`` and
+        with ``AppOptions(publish=False)``."""
+        return self._relay
 
     @property
     def scheduler(self) -> Scheduler:

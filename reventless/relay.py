@@ -11,6 +11,11 @@ other processes committed are left to their relays: this one adopts the shared
 ``rv_relay`` position, and publishes such rows itself only once they have stayed
 unpublished for ``orphan_after`` seconds (their writer died). So a process that
 only reads (a projector service) does not re-publish the log.
+
+Rows that no consumer would receive (a ``SubscriberAware`` broker, the in-memory one, with
+no subscriber of the topic) are passed over without being encoded: their position moves
+on and the partitions' ``rv-prev`` chain includes them, so a consumer that subscribes
+later (and catches up from the store first, as collectors do) sees no gap.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import logging
 from collections import deque
 from collections.abc import Mapping
 
-from .broker import Broker, Message, capabilities_of
+from .broker import Broker, Message, SubscriberAware, capabilities_of
 from .codec import OFFSET_AT, PARTITION_AT, TYPE_AT
 from .codec.ipc import decode_batch, encode_batch
 from .errors import ReventlessError
@@ -139,6 +144,8 @@ class Relay:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self.failures = 0
+        #: Rows passed over because no consumer was subscribed (``SubscriberAware``).
+        self.unheard = 0
 
     async def start(self) -> None:
         """Load positions (a new topic starts at its head) and start publishing."""
@@ -252,9 +259,20 @@ class Relay:
             if not rows:
                 return
             last = dict(self._last[name])
-            await self.broker.publish(messages_for(topic, rows, last, self.max_message_bytes))
+            if self._unheard(name):  # no encoding for no one: keep the partitions' chain
+                for r in rows:
+                    last[r[PARTITION_AT]] = r[OFFSET_AT]
+                self.unheard += len(rows)
+            else:
+                await self.broker.publish(messages_for(topic, rows, last, self.max_message_bytes))
             self._last[name] = last
             self.published[name] = rows[-1][OFFSET_AT]
+
+    def _unheard(self, name: str) -> bool:
+        """No consumer would receive ``name``'s messages now (a ``SubscriberAware`` broker
+        says so); a consumer that subscribes later catches up from the store."""
+        broker = self.broker
+        return isinstance(broker, SubscriberAware) and not broker.has_subscribers(name)
 
     async def _persist(self) -> None:
         changed = {t: o for t, o in self.published.items() if self._persisted.get(t) != o}

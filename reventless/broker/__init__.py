@@ -16,6 +16,7 @@ from .capabilities import (
     DeadLetterQueues,
     DeclaresCapabilities,
     OrderAware,
+    SubscriberAware,
     Undeclaring,
     capabilities_of,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "Handler",
     "Message",
     "OrderAware",
+    "SubscriberAware",
     "Subscription",
     "Synthesis",
     "Undeclaring",

@@ -52,6 +52,18 @@ class Undeclaring(Protocol):
 
 
 @runtime_checkable
+class SubscriberAware(Protocol):
+    """A broker that knows whether anyone receives a topic's messages now (an in-process
+    broker does; a durable one that keeps messages for later consumers does not say).
+    The relay does not encode what no one would receive: a consumer that subscribes
+    later catches up from the store, as collectors do."""
+
+    def has_subscribers(self, topic: str) -> bool:
+        """Whether a message published to ``topic`` now would reach a consumer."""
+        ...
+
+
+@runtime_checkable
 class OrderAware(Protocol):
     """A broker whose channels may be unordered: the App refuses to bind a collector that
     needs per-aggregate order to a group that is delivered unordered."""
@@ -86,6 +98,7 @@ __all__ = [
     "DeadLetterQueues",
     "DeclaresCapabilities",
     "OrderAware",
+    "SubscriberAware",
     "Undeclaring",
     "capabilities_of",
 ]

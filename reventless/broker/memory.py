@@ -123,6 +123,10 @@ class InMemoryBroker:
                     if member is not None:
                         member.queue.put_nowait(msg)
 
+    def has_subscribers(self, topic: str) -> bool:
+        """Whether a group with a member subscribes to ``topic`` (``SubscriberAware``)."""
+        return any(topic in g.topics and g.members for g in self._groups.values())
+
     async def subscribe(
         self,
         group: str,

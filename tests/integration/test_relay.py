@@ -15,11 +15,15 @@ from tests.model import Counter, Increment
 
 
 class Recording(rv.InMemoryBroker):
-    """An in-memory broker that remembers the offsets published through it."""
+    """An in-memory broker that remembers the offsets published through it (a consumer of
+    every topic: the relay publishes to it as to a durable broker)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.offsets: list[int] = []
+
+    def has_subscribers(self, topic: str) -> bool:
+        return True
 
     async def publish(self, messages: Sequence[rv.Message]) -> None:
         await super().publish(messages)
