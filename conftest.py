@@ -68,6 +68,32 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield make_url(request.param, tmp_path)
 
 
+#: Every store kind, PostgreSQL included (``any_url``).
+ALL_KINDS = [*STORE_KINDS, pytest.param("postgres", marks=pytest.mark.postgres)]
+#: The kinds several Apps or processes can open at once (``shared_url``).
+SHARED_KINDS = ["sqlite-file", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def url_of(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store URL of ``kind``: ``make_url``'s, or a PostgreSQL schema of its own."""
+    if kind == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return make_url(kind, tmp_path)
+
+
+@pytest.fixture(params=ALL_KINDS)
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store URL of every kind: a SQLite file, SQLite in memory, a PostgreSQL schema."""
+    return url_of(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=SHARED_KINDS)
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store that several Apps or processes open at once: a SQLite file or a
+    PostgreSQL schema."""
+    return url_of(request.param, request, tmp_path)
+
+
 @pytest.fixture
 def file_url(tmp_path: Path) -> str:
     """A fresh SQLite file store URL."""

@@ -3,7 +3,6 @@ read back from the store."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,16 +12,11 @@ from examples.dcb import courses as c
 from examples.dcb import invoices as i
 from examples.dcb import usernames as u
 
-KINDS = ["sqlite-file", "sqlite-memory", pytest.param("postgres", marks=pytest.mark.postgres)]
 
-
-@pytest.fixture(params=KINDS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite-file":
-        return f"sqlite:///{tmp_path / 'dcb.db'}"
-    if request.param == "sqlite-memory":
-        return "sqlite://"
-    return str(request.getfixturevalue("pg_url"))
+@pytest.fixture
+def url(any_url: str) -> str:
+    """A fresh store of each kind: a SQLite file, SQLite in memory, a PostgreSQL schema."""
+    return any_url
 
 
 async def stored(log: rv.DcbLog) -> list[tuple[int, rv.Event, tuple[str, ...]]]:

@@ -14,7 +14,6 @@ import asyncio
 import multiprocessing
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,15 +34,11 @@ from tests.dcb.writers import (
 
 WRITERS = 8
 
-BACKENDS = ["sqlite-file", pytest.param("postgres", marks=pytest.mark.postgres)]
 
-
-@pytest.fixture(params=BACKENDS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture
+def url(shared_url: str) -> str:
     """A fresh store shared by the writer processes: a SQLite file or a PostgreSQL schema."""
-    if request.param == "sqlite-file":
-        return f"sqlite:///{tmp_path / 'dcb.db'}"
-    return str(request.getfixturevalue("pg_url"))
+    return shared_url
 
 
 def run_writers(fn: Any, *args_per_worker: tuple[Any, ...]) -> list[Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,18 +31,13 @@ from examples.dcb.usernames import AccountRegistered, RegisterAccount, accounts
 from reventless.dcb.execute import execute
 from reventless.store.append import AppendResult
 
-KINDS = ["sqlite-file", "sqlite-memory", pytest.param("postgres", marks=pytest.mark.postgres)]
 NO_WAIT = rv.DecideOptions(max_attempts=3, backoff_base=0.0, backoff_max=0.0)
 
 
-@pytest.fixture(params=KINDS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh store URL: a SQLite file, SQLite in memory, a PostgreSQL schema."""
-    if request.param == "sqlite-file":
-        return f"sqlite:///{tmp_path / 'dcb.db'}"
-    if request.param == "sqlite-memory":
-        return "sqlite://"
-    return str(request.getfixturevalue("pg_url"))
+@pytest.fixture
+def url(any_url: str) -> str:
+    """A fresh store of each kind: a SQLite file, SQLite in memory, a PostgreSQL schema."""
+    return any_url
 
 
 class Interleaved:

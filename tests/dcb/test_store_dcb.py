@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -37,17 +36,11 @@ from tests.dcb.store_model import (
 )
 from tests.model import Counter, Incremented
 
-KINDS = ["sqlite-file", "sqlite-memory", pytest.param("postgres", marks=pytest.mark.postgres)]
 
-
-@pytest.fixture(params=KINDS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh store URL: a SQLite file, SQLite in memory, a PostgreSQL schema."""
-    if request.param == "sqlite-file":
-        return f"sqlite:///{tmp_path / 'dcb.db'}"
-    if request.param == "sqlite-memory":
-        return "sqlite://"
-    return str(request.getfixturevalue("pg_url"))
+@pytest.fixture
+def url(any_url: str) -> str:
+    """A fresh store of each kind: a SQLite file, SQLite in memory, a PostgreSQL schema."""
+    return any_url
 
 
 def sql_of(app: rv.App) -> SqlEventStore:
@@ -437,12 +430,10 @@ class BoardV2(rv.Aggregate):
         pass
 
 
-@pytest.fixture(params=KINDS[:1] + KINDS[2:])
-def lasting_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture
+def lasting_url(shared_url: str) -> str:
     """A store that outlives its App: a SQLite file or a PostgreSQL schema."""
-    if request.param == "sqlite-file":
-        return f"sqlite:///{tmp_path / 'dcb.db'}"
-    return str(request.getfixturevalue("pg_url"))
+    return shared_url
 
 
 async def test_an_aggregate_whose_events_gain_tags(lasting_url: str) -> None:

@@ -1,36 +1,19 @@
-"""Store URLs for the scheduling tests: every live test runs on SQLite and PostgreSQL."""
+"""Store URLs for the scheduling tests: every live test runs on SQLite and PostgreSQL
+(``url``; ``shared_url``, from the root conftest, where several Apps open one store)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.schedule import model
 
-BACKENDS = ["sqlite-file", "sqlite-memory", pytest.param("postgres", marks=pytest.mark.postgres)]
-SHARED = ["sqlite-file", pytest.param("postgres", marks=pytest.mark.postgres)]
 
-
-def _url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if kind == "sqlite-file":
-        return f"sqlite:///{tmp_path / 'schedules.db'}"
-    if kind == "sqlite-memory":
-        return "sqlite://"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture(params=BACKENDS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh store of each kind."""
-    return _url(request.param, request, tmp_path)
-
-
-@pytest.fixture(params=SHARED)
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh store that several Apps (or processes) can open at once."""
-    return _url(request.param, request, tmp_path)
+@pytest.fixture
+def url(any_url: str) -> str:
+    """A fresh store of each kind (the root conftest's ``any_url``)."""
+    return any_url
 
 
 @pytest.fixture(autouse=True)
