@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import random
 import uuid
 from collections import OrderedDict
@@ -26,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .codec import CORRELATION_AT, MSG_ID_AT, TENANT_AT
+from .codec import CORRELATION_AT, MSG_ID_AT, TENANT_AT, add_tags
 from .decode import decode_row
 from .errors import (
     AggregateNotFoundError,
@@ -46,7 +45,6 @@ from .topicdef import TopicDef, partition_of, row_context, stored_rows
 
 A = TypeVar("A", bound=Aggregate)
 _EMPTY_META = Metadata()
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +276,7 @@ class EventLog(Topic, Generic[A]):
         extra = [check_tag(t) for t in tags]
         if self.schema.tags_at is None:
             raise StoreError(f"{self.name!r} has no tags: declare a field with rv.Tag")
-        merged = [list(dict.fromkeys([*json.loads(r[-1]), *extra])) for r in rows]
-        return [(*r[:-1], _dumps(tags)) for r, tags in zip(rows, merged, strict=True)]
+        return [(*r[:-1], add_tags(r[-1], extra)) for r in rows]
 
     # -- idempotency -----------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from .columns import (
     Column,
     SqlKind,
 )
-from .schema import TAGS_COLUMN, TAGS_TYPE, TopicSchema
+from .schema import TAGS_COLUMN, TAGS_TYPE, TopicSchema, add_tags
 
 __all__ = [
     "AGGREGATE_AT",
@@ -61,4 +61,5 @@ __all__ = [
     "Column",
     "SqlKind",
     "TopicSchema",
+    "add_tags",
 ]

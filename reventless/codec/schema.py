@@ -7,6 +7,7 @@ wires the column codecs (``arrow``) and generated per-event codecs (``codegen``)
 from __future__ import annotations
 
 import hashlib
+import json
 import types
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -75,6 +76,19 @@ TAGS_TYPE = pa.list_(pa.field("element", pa.string(), False))
 
 def _tags_column() -> Column:
     return Column(TAGS_COLUMN, TAGS_TYPE, "json", False)
+
+
+def add_tags(stored: str, extra: Sequence[str]) -> str:
+    """A tags column's SQL value (a JSON list) with ``extra`` added after its own tags,
+    each tag once.
+
+    Example::
+
+        add_tags('["course:c1"]', ["term:2026", "course:c1"])  # '["course:c1","term:2026"]'
+    """
+    if not extra:
+        return stored
+    return _dumps(list(dict.fromkeys([*json.loads(stored), *extra])))
 
 
 def _tagging(encode: _Fn, model: type[BaseModel]) -> _Fn:

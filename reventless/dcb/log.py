@@ -34,7 +34,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from ..codec import TopicSchema
+from ..codec import TopicSchema, add_tags
 from ..decode import envelope_of
 from ..errors import (
     AppendConditionError,
@@ -58,7 +58,6 @@ __all__ = ["DcbLog", "Tags"]
 _EMPTY_META = Metadata()
 C = TypeVar("C", bound=Command)
 _F = TypeVar("_F", bound=Callable[..., Any])
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 #: Extra tags of an append: one list for every event, or one list per event.
 Tags = Iterable[str] | Sequence[Iterable[str]]
@@ -147,12 +146,11 @@ class DcbLog:
         entries = []
         for i, e in enumerate(events):
             fields = self._encoders[type(e)](e)
-            tags: list[str] = json.loads(fields[-1]) if fields[-1] != "[]" else []
             if extra is not None and extra[i]:
-                tags = list(dict.fromkeys([*tags, *extra[i]]))  # each tag once
-                fields = (*fields[:-1], _dumps(tags))
+                fields = (*fields[:-1], add_tags(fields[-1], extra[i]))
             # no aggregate ids: with several partitions, an event goes by its first tag
-            key = tags[0] if tags and parts > 1 else None
+            tags = json.loads(fields[-1]) if parts > 1 else None
+            key = tags[0] if tags else None
             entries.append(
                 (None, None, e.event_type, e.schema_version, partition_of(key, parts), fields)
             )
