@@ -11,6 +11,9 @@ Example::
     reventless schedules --store sqlite:///shop.db                # pending and dead-lettered
     reventless redrive-schedules --store sqlite:///shop.db        # dead ones due again now
     reventless serve --store sqlite:///shop.db --tokens-file tokens.json --port 8000
+    reventless serve --tokens-file tokens.json --ssl-certfile cert.pem --ssl-keyfile key.pem
+    reventless token hash --new          # a new bearer token and its tokens-file hash
+    reventless token hash < token.txt    # the hash of a token (stdin, never an argument)
     reventless rebuild examples.shop.stats:customer_orders --app examples.shop.model:app
 
 ``--app`` and the read model are ``module:attribute`` imported from the current
@@ -30,6 +33,7 @@ import inspect
 import json
 import os
 import signal
+import ssl
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -44,6 +48,7 @@ from .store import Database, StoreAdmin, open_admin
 
 if TYPE_CHECKING:
     from .app import App
+    from .gateway import TlsOptions
     from .store.schedules import Status
 
 #: What ``--app`` names (the help and the README say it in these words).
@@ -101,6 +106,24 @@ def _port(text: str) -> int:
     if value > 65535:
         raise argparse.ArgumentTypeError(f"expected a port (0-65535), got {text!r}")
     return value
+
+
+#: ``--ssl-cert-reqs``: by name, or by number as uvicorn's option takes it.
+CERT_REQS = {
+    "none": ssl.CERT_NONE,
+    "optional": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+    **{str(int(mode)): mode for mode in (ssl.CERT_NONE, ssl.CERT_OPTIONAL, ssl.CERT_REQUIRED)},
+}
+
+
+def _cert_reqs(text: str) -> ssl.VerifyMode:
+    try:
+        return CERT_REQS[text.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"expected none, optional or required (or 0, 1, 2), got {text!r}"
+        ) from None
 
 
 def _dialects(text: str) -> tuple[str, ...]:
@@ -416,16 +439,114 @@ def _tokens(path: str) -> dict[str, str | None]:
     return tokens
 
 
+def _bearer_tokens(path: str) -> dict[str, str | None]:
+    """The tokens file, its plain tokens and hashes checked (never echoed in an error)."""
+    from .gateway import BearerTokens
+
+    tokens = _tokens(path)
+    try:
+        BearerTokens(tokens)
+    except ReventlessError as exc:
+        raise UsageError(f"--tokens-file {path}: {exc}") from None
+    return tokens
+
+
+def _read_secret(flag: str, path: str) -> str:
+    """A secret kept in a file (not on the command line, where ``ps`` shows it): the
+    file's text without its line end."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read().rstrip("\r\n")
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise UsageError(f"{flag} {path}: not UTF-8 text ({exc})") from exc
+    if not text:
+        raise UsageError(f"{flag} {path}: the file is empty")
+    return text
+
+
+def _tls(a: argparse.Namespace) -> TlsOptions | None:
+    """The TLS options ``serve`` was given, their files checked (None: plain HTTP)."""
+    from .gateway import TlsOptions
+
+    if a.ssl_certfile is None:
+        given = [
+            flag
+            for flag, value in (
+                ("--ssl-keyfile", a.ssl_keyfile),
+                ("--ssl-keyfile-password", a.ssl_keyfile_password),
+                ("--ssl-keyfile-password-file", a.ssl_keyfile_password_file),
+                ("--ssl-ca-certs", a.ssl_ca_certs),
+                ("--ssl-cert-reqs", a.ssl_cert_reqs),
+            )
+            if value is not None
+        ]
+        if given:
+            raise UsageError(f"{given[0]} needs --ssl-certfile (the server's certificate)")
+        return None
+    password = a.ssl_keyfile_password
+    if a.ssl_keyfile_password_file is not None:
+        password = _read_secret("--ssl-keyfile-password-file", a.ssl_keyfile_password_file)
+    tls = TlsOptions(
+        certfile=a.ssl_certfile,
+        keyfile=a.ssl_keyfile,
+        keyfile_password=password,
+        ca_certs=a.ssl_ca_certs,
+        cert_reqs=ssl.CERT_NONE if a.ssl_cert_reqs is None else a.ssl_cert_reqs,
+    )
+    tls.context()  # a file that cannot be used fails now, in one line
+    return tls
+
+
 async def cmd_serve(a: argparse.Namespace) -> int:
     """Run the HTTP/SSE gateway (extra ``serve``) until SIGTERM or SIGINT."""
+    if importlib.util.find_spec("uvicorn") is None:
+        raise UsageError("reventless serve needs the extra: pip install 'reventless[serve]'")
     from .gateway import GatewayOptions, create_app, serve
 
+    tokens = _bearer_tokens(a.tokens_file)
+    tls = _tls(a)
+    key = None
+    if a.stream_token_key_file is not None:
+        key = _read_secret("--stream-token-key-file", a.stream_token_key_file).encode()
+        if len(key) < 16:
+            flag = f"--stream-token-key-file {a.stream_token_key_file}"
+            raise UsageError(f"{flag}: a key has at least 16 bytes")
+    await _check_store(a.store)  # a bad URL fails here, not inside uvicorn's start-up
     app = create_app(
         a.store,
-        tokens=_tokens(a.tokens_file),
-        options=GatewayOptions(retention_interval=a.retention_interval),
+        tokens=tokens,
+        options=GatewayOptions(retention_interval=a.retention_interval, stream_token_key=key),
     )
-    await serve(app, host=a.host, port=a.port)
+    await serve(app, host=a.host, port=a.port, tls=tls)
+    return 0
+
+
+async def cmd_token(a: argparse.Namespace) -> int:
+    """``token hash``: the tokens-file line of a token read from stdin, or of a new one."""
+    try:
+        from .gateway import hash_token, new_token
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if a.new:
+        token = new_token()
+        print(f"token: {token}")
+        print(f"hash:  {hash_token(token)}")
+        return 0
+    if sys.stdin.isatty():
+        import getpass
+
+        text = getpass.getpass("token (not echoed): ")
+    else:
+        text = sys.stdin.read()
+    lines = text.strip().splitlines()
+    if len(lines) != 1:
+        raise UsageError(
+            "expected one token on stdin (or --new for a new one), "
+            f"got {'nothing' if not lines else f'{len(lines)} lines'}"
+        )
+    print(hash_token(lines[0].strip()))
     return 0
 
 
@@ -513,8 +634,44 @@ def _parser() -> argparse.ArgumentParser:
     s = add("serve", "run the HTTP/SSE subscription gateway (extra 'serve')")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=_port, default=8000)
-    s.add_argument("--tokens-file", required=True, help="JSON {token: tenant or null}")
+    s.add_argument(
+        "--tokens-file",
+        required=True,
+        help="JSON {token or sha256$<hex>: tenant or null} (reventless token hash)",
+    )
     s.add_argument("--retention-interval", type=_seconds, default=None, help="seconds")
+    s.add_argument(
+        "--stream-token-key-file",
+        default=None,
+        help="file with the key stream tokens are signed with (>= 16 bytes); "
+        "default: derived from the plain tokens, random if all are hashes",
+    )
+    s.add_argument("--ssl-certfile", default=None, help="PEM certificate chain: serve HTTPS")
+    s.add_argument("--ssl-keyfile", default=None, help="PEM private key (default: in certfile)")
+    pw = s.add_mutually_exclusive_group()
+    pw.add_argument(
+        "--ssl-keyfile-password", default=None, help="of an encrypted key (ps shows it)"
+    )
+    pw.add_argument("--ssl-keyfile-password-file", default=None, help="file with the password")
+    s.add_argument("--ssl-ca-certs", default=None, help="PEM CA certificates of client certs")
+    s.add_argument(
+        "--ssl-cert-reqs",
+        type=_cert_reqs,
+        default=None,
+        help="client certificate: none (default), optional or required (mutual TLS)",
+    )
+    tok = sub.add_parser("token", help="bearer tokens for the gateway's tokens file")
+    tsub = tok.add_subparsers(dest="token_cmd", required=True, metavar="COMMAND")
+    th = tsub.add_parser(
+        "hash",
+        help="print the sha256$<hex> line of a token read from stdin (or of a new one)",
+        description="Print the tokens-file hash of the token on stdin (a terminal: asked "
+        "for without echo), or with --new a new random token and its hash. A token is "
+        "never taken as an argument: the shell history and ps would keep it.",
+    )
+    th.add_argument(
+        "--new", action="store_true", help="generate a random token; print it and its hash"
+    )
     inf = sub.add_parser("infra", help="infrastructure derived from the app's specs")
     isub = inf.add_subparsers(dest="infra_cmd", required=True, metavar="COMMAND")
     syn = isub.add_parser(
@@ -549,20 +706,13 @@ async def _check_store(url: str) -> None:
     await db.close()
 
 
-async def _serve(a: argparse.Namespace) -> int:
-    if importlib.util.find_spec("uvicorn") is None:
-        raise UsageError("reventless serve needs the extra: pip install 'reventless[serve]'")
-    _tokens(a.tokens_file)
-    await _check_store(a.store)  # a bad URL fails here, not inside uvicorn's start-up
-    return await cmd_serve(a)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``reventless`` console script: the command's exit status (2 and
     one line on stderr for a user error)."""
     a = _parser().parse_args(argv)
     handlers = {
-        "serve": _serve,
+        "serve": cmd_serve,
+        "token": cmd_token,
         "infra": cmd_infra,
         "topics": cmd_topics,
         "tail": cmd_tail,

@@ -22,7 +22,8 @@ Endpoints (all but ``/health`` need ``Authorization: Bearer <token>``)::
     DELETE /subscriptions/{id}/members/{worker}
 
 A token maps to a tenant (it sees only that tenant's subscriptions and events) or to
-``None`` (an operator token: every tenant). Errors are JSON ``{"error": code, "detail"}``
+``None`` (an operator token: every tenant); the mapping may hold a token's hash instead of
+the token (``bearertoken.py``). Errors are JSON ``{"error": code, "detail"}``
 with 400 (bad input), 401 (token), 404 (unknown id or route, or another tenant's), 405,
 409 (ack beyond the head, lost lease), 410 (resnapshot required), 413 (body beyond
 ``max_body_bytes``), 415 (a body that is not JSON); input is checked before anything is
@@ -33,12 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import re
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
@@ -49,7 +50,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import ReventlessError, UnauthorizedError
+from ..errors import UnauthorizedError
 from ..subscribe import (
     BadRequestError,
     PredicateError,
@@ -58,6 +59,7 @@ from ..subscribe import (
     Subscriptions,
 )
 from . import sse
+from .bearertoken import BearerTokens
 from .parse import (
     check_fields,
     check_length,
@@ -83,8 +85,10 @@ class GatewayOptions:
     ``backpressure_lag``: lag above which a stream emits ``backpressure`` frames (the rule
     is in ``sse.py``); ``retention_interval``: seconds between retention runs (None:
     never); ``max_body_bytes``: the largest request body (413 beyond it);
-    ``stream_token_ttl``: seconds a stream token stays valid; ``cors_origins``: browser
-    origins allowed to call the gateway (``("*",)``: any), none by default."""
+    ``stream_token_ttl``: seconds a stream token stays valid; ``stream_token_key``: the
+    key (at least 16 bytes) stream tokens are signed with (None: derived from the tokens,
+    or random per process when they are all hashes, see ``create_app``); ``cors_origins``:
+    browser origins allowed to call the gateway (``("*",)``: any), none by default."""
 
     poll_interval: float = 0.25
     keepalive: float = 15.0
@@ -94,6 +98,7 @@ class GatewayOptions:
     retention_interval: float | None = None
     max_body_bytes: int = 1 << 20
     stream_token_ttl: float = 300.0
+    stream_token_key: bytes | None = field(default=None, repr=False)
     cors_origins: tuple[str, ...] = ()
 
 
@@ -177,30 +182,33 @@ def create_app(
 ) -> Gateway:
     """The gateway for the store at ``store`` (a URL, or open ``Subscriptions``).
 
-    ``tokens`` maps each bearer token (at least 8 characters) to its tenant (``None``:
-    every tenant).
+    ``tokens`` maps each bearer token (at least 8 characters), or its hash
+    (``sha256$<hex>``, ``bearertoken.py``), to its tenant (``None``: every tenant);
+    ``ReventlessError`` for a malformed one. Stream tokens are signed with
+    ``options.stream_token_key``, else with a key derived from ``tokens``; when ``tokens``
+    holds only hashes nothing in it is secret, so the key is random (stream tokens then
+    die with the process and one replica's fail on another: give the key).
     """
-    if not tokens or any(not isinstance(t, str) or len(t) < 8 for t in tokens):
-        raise ReventlessError("the gateway needs bearer tokens of at least 8 characters")
+    bearer = BearerTokens(tokens)
     opts = options or GatewayOptions()
     owned = isinstance(store, str)
     subs = (
         Subscriptions.from_url(store, max_limit=opts.max_limit) if isinstance(store, str) else store
     )
     waker = _Waker()
-    token_list = [(t.encode(), tenant) for t, tenant in tokens.items()]
-    stream_tokens = StreamTokens.derived(tokens, ttl=opts.stream_token_ttl)
+    if opts.stream_token_key is not None:
+        stream_tokens = StreamTokens(opts.stream_token_key, ttl=opts.stream_token_ttl)
+    elif bearer.plain:
+        stream_tokens = StreamTokens.derived(tokens, ttl=opts.stream_token_ttl)
+    else:  # a key derived from hashes would let whoever reads the file forge tokens
+        stream_tokens = StreamTokens(secrets.token_bytes(32), ttl=opts.stream_token_ttl)
     max_body = opts.max_body_bytes
 
     def tenant_of(request: Request) -> tuple[bool, str | None]:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given:
             return False, None
-        found: tuple[bool, str | None] = (False, None)
-        for token, tenant in token_list:  # compare with every token: no timing hint
-            if hmac.compare_digest(token, given.strip().encode()):
-                found = (True, tenant)
-        return found
+        return bearer.tenant_of(given.strip())
 
     def endpoint(
         fn: Handler, *, stream_token: bool = False

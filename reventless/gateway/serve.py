@@ -6,11 +6,13 @@ closes the gateway's streams (each ends with a ``closed`` frame, reason ``shutdo
 clients reconnect elsewhere or later), then lets uvicorn finish the other requests; what
 is still running after ``grace`` seconds is cancelled. SIGTERM and SIGINT stop it, and the
 process exits normally (``reventless serve`` returns 0) instead of re-raising the signal.
+``tls`` serves HTTPS (``tls.py``), its files checked before uvicorn starts.
 
 Example::
 
     app = create_app("sqlite:///shop.db", tokens={"s3cret-acme": "acme"})
     await serve(app, host="127.0.0.1", port=8000)
+    await serve(app, port=8443, tls=TlsOptions(certfile="server.pem", keyfile="server.key"))
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Generator
 import uvicorn
 
 from .app import Gateway
+from .tls import TlsOptions
 
 _TOKEN = re.compile(r"access_token=[^&\s\"]*")
 
@@ -87,9 +90,18 @@ async def serve(
     *,
     grace: int = 5,
     log_level: str = "info",
+    tls: TlsOptions | None = None,
 ) -> None:
-    """Serve ``app`` on ``host:port`` until SIGTERM or SIGINT; returns once it stopped."""
+    """Serve ``app`` on ``host:port`` (HTTPS with ``tls``) until SIGTERM or SIGINT; returns
+    once it stopped. A TLS file that cannot be used raises ``ReventlessError`` first."""
+    if tls is not None:
+        tls.context()
     config = uvicorn.Config(
-        app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=grace
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=grace,
+        **(tls.uvicorn_config() if tls is not None else {}),
     )
     await GatewayServer(app, config).serve()

@@ -141,7 +141,7 @@ def test_user_error_is_one_line_and_exit_2(
     (tmp_path / "factories.py").write_text(FACTORIES)
     (tmp_path / "empty.db").write_bytes(b"")
     (tmp_path / "list.json").write_text("[]")
-    (tmp_path / "tokens.json").write_text(json.dumps({"t": None}))
+    (tmp_path / "tokens.json").write_text(json.dumps({"operator-token": None}))
     before = sorted(p.name for p in tmp_path.iterdir())
     filled = {"store": counter_store, "tmp": str(tmp_path), "port": str(free_port())}
     result = reventless(*(a.format(**filled) for a in args), cwd=tmp_path)
