@@ -23,7 +23,7 @@ Example::
             self.name = e.name
 """
 
-from .app import App, AppOptions
+from .app import App, AppOptions, Forgotten
 from .broker import Broker, Message
 from .broker.memory import InMemoryBroker
 from .codec import TopicSchema
@@ -46,6 +46,7 @@ from .errors import (
     BrokerError,
     CommandIdReusedError,
     ConcurrencyError,
+    KeyringError,
     LeaseLostError,
     MetadataError,
     Rejected,
@@ -61,6 +62,7 @@ from .errors import (
 from .eventlog import EventLog, ExecuteResult, LogOptions
 from .handle import CollectorHandle, Projection
 from .ids import uuid7
+from .personal import ERASED, Erased, Personal
 from .scheduler import Firing, Scheduler, SchedulerOptions
 from .scheduling import CancelSchedule, Clock, ManualClock, Schedule, SystemClock
 from .spec import Aggregate, Command, Envelope, Event, Metadata, applies, handles, upcasts
@@ -122,6 +124,7 @@ __all__ += ["ColumnUpserts"]
 __all__ += ["CancelSchedule", "Clock", "Firing", "ManualClock", "Schedule", "Scheduler"]
 __all__ += ["SchedulerOptions", "SystemClock"]
 __all__ += ["AppendCondition", "AppendConditionError", "Query", "QueryItem", "Tag"]
+__all__ += ["ERASED", "Erased", "Forgotten", "KeyringError", "Personal"]
 __all__ += ["DcbLog", "DecideOptions", "Decider", "DecisionModel", "DecisionResult", "folds"]
 
 

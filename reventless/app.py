@@ -32,7 +32,16 @@ from .broker import Broker, DeadLetterQueues, OrderAware, Undeclaring, open_brok
 from .codec import TopicSchema
 from .codec.ipc import decode_batch, encode_batch
 from .collect.collector import Collector
-from .collect.component import Component, EventMapper, ReadModel, SideEffectHandler
+from .collect.component import (
+    Component,
+    Delete,
+    EventMapper,
+    ReadModel,
+    SideEffectHandler,
+    Upsert,
+    as_ops,
+    call,
+)
 from .collect.kinds import MapperCollector, ReadModelCollector, SideEffectCollector
 from .collect.options import CollectorOptions
 from .dcb import DcbLog
@@ -86,6 +95,14 @@ class AppOptions:
     clock: Clock = field(default_factory=SystemClock)
     #: How the scheduler fires due schedules (``enabled=False``: not in this process).
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
+
+
+@dataclass(frozen=True, slots=True)
+class Forgotten:
+    """What ``App.forget`` did: keys destroyed, read-model rows its hooks changed."""
+
+    keys: int
+    rows: int
 
 
 _frozen = False
@@ -328,6 +345,8 @@ class App:
             raise
         self._started = True
         defs = {n: t.definition for n, t in self._topics.items()}
+        if any(d.schema.personal for d in defs.values()):
+            _ = self.store.keyring  # no master key: KeyringError now, not at the first event
         for d in defs.values():  # pyarrow's lazy set-up (~0.2 s) now, not at the first event
             empty = decode_batch(encode_batch(d.schema.to_arrow([])))
             d.schema.from_arrow_rows(empty, with_meta=True)
@@ -526,6 +545,52 @@ class App:
             if moved:
                 log.info("%s: %d broker dead letter(s) moved back to its queue", component, moved)
         return await collector.redrive(aggregate_id)
+
+    async def forget(self, subject: str) -> Forgotten:
+        """Forget a data subject (crypto-shredding): destroy its key, so every personal
+        field sealed with it (``rv.Personal``) reads as ``rv.ERASED`` from now on, in the
+        store, broker messages, exports and Spark alike; drop this process's cached
+        aggregate states; then run each read model's ``on_forget`` hook, overwriting the
+        rows it changes. Other processes stop opening the subject's data when their
+        cached key expires (``Keyring.ttl``, 30 s by default). Forgetting a subject
+        without a key (none yet, or forgotten already) still runs the hooks.
+
+        Example::
+
+            await app.forget("c-1")
+        """
+        if not self._started:
+            raise SpecError("forget needs a started App (async with app: ...)")
+        if not isinstance(subject, str) or not subject:
+            raise MetadataError(f"forget needs a subject id, got {subject!r}")
+        keyring = self.store.keyring
+        keys = await keyring.forget(subject)
+        for log_ in self._logs.values():
+            if log_.schema.personal:
+                log_.forget()
+        rows = 0
+        for name, comp in self._components.items():
+            hook = comp.forget_hook if isinstance(comp, ReadModel) else None
+            if hook is None:
+                continue
+            table = self._tables[name]
+            args: tuple[Any, ...] = (subject,)
+            if hook.wants_current:
+                args = (subject, await table.get(subject))
+            changed: dict[Any, Any] = {}
+            for op in as_ops(await call(hook, *args)):
+                if isinstance(op, Upsert):
+                    changed[table.key_of(op.row)] = op.row
+                elif isinstance(op, Delete):
+                    changed[op.key] = None
+                else:
+                    raise SpecError(f"{name}: on_forget returned {op!r}, not Upsert/Delete")
+            await table.write_erasing(changed)
+            rows += len(changed)
+        if rows:
+            await keyring.purge()
+        log.info("forgot a data subject: %d key(s) destroyed, %d row(s) erased", keys, rows)
+        return Forgotten(keys, rows)
 
     @property
     def topics(self) -> dict[str, Topic]:

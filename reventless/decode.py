@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import create_model
 
@@ -27,11 +27,16 @@ from .codec import (
     TENANT_AT,
     TYPE_AT,
     VERSION_AT,
+    Plaintext,
     TopicSchema,
 )
 from .errors import SchemaMismatchError, UnknownEventTypeError
+from .personal import ERASED
 from .spec import Envelope, Event, Metadata
 from .store.append import StoredRow
+
+if TYPE_CHECKING:
+    from .store.port import Store
 
 
 def retired_models(events: Sequence[type[Event]]) -> list[type[Event]]:
@@ -45,6 +50,23 @@ def retired_models(events: Sequence[type[Event]]) -> list[type[Event]]:
             model.event_type = f"{e.event_type}@retired"
             out.append(model)
     return out
+
+
+async def opened(store: Store, schema: TopicSchema, rows: Sequence[StoredRow]) -> list[Any]:
+    """``rows`` with their personal fields opened by the store's keyring (rows of a topic
+    without personal fields come back as they are): call it before decoding."""
+    if not schema.personal or not rows:
+        return rows if isinstance(rows, list) else list(rows)
+    return await store.keyring.open_rows(schema, rows)
+
+
+async def sealed(
+    store: Store, schema: TopicSchema, rows: list[tuple[Any, ...]]
+) -> list[tuple[Any, ...]]:
+    """``rows`` (being appended) with their personal fields sealed by the store's keyring."""
+    if not schema.personal:
+        return rows
+    return await store.keyring.seal_rows(schema, rows)
 
 
 def decode_row(schema: TopicSchema, row: Sequence[Any]) -> Any:
@@ -65,10 +87,17 @@ def upcast(schema: TopicSchema, event_type: str, version: int, values: Sequence[
             f"(version {current})"
         )
     data: dict[str, Any] = {}
+    erased: list[str] = []
     for col, value in zip(schema.columns, values, strict=True):
         if value is None or col.name == TAGS_COLUMN:  # tags are no event field
             continue
-        if col.sql_kind == "json" and isinstance(value, str):
+        if col.personal is not None:  # opened JSON text, else the subject is forgotten
+            if type(value) is not Plaintext:
+                erased.append(col.name)
+                value = ERASED
+            else:
+                value = json.loads(value.text)
+        elif col.sql_kind == "json" and isinstance(value, str):
             value = json.loads(value)
         data[col.name] = value
     upcasters = getattr(cls, "upcasters", {})
@@ -80,7 +109,11 @@ def upcast(schema: TopicSchema, event_type: str, version: int, values: Sequence[
                 f"to {v + 1} (declare one with @rv.upcasts({v}))"
             )
         data = fn(dict(data))
-    return cls.model_validate(data)
+    event = cls.model_validate(data)
+    for name in erased:  # validation makes the placeholder a plain str
+        if name in event.__dict__ and data.get(name) is ERASED:
+            event.__dict__[name] = ERASED
+    return event
 
 
 _META_CACHE: dict[tuple[Any, ...], Metadata] = {}

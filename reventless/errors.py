@@ -45,6 +45,11 @@ class StoreError(ReventlessError):
     """The event store cannot be opened or used."""
 
 
+class KeyringError(ReventlessError):
+    """Personal data cannot be sealed or opened: no master key, a malformed one, or a data
+    key that does not open with it."""
+
+
 class BrokerError(ReventlessError):
     """The broker cannot be reached or refused a publish."""
 

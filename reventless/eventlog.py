@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .codec import CORRELATION_AT, MSG_ID_AT, TENANT_AT, add_tags
-from .decode import decode_row
+from .codec import AGGREGATE_AT, CORRELATION_AT, MSG_ID_AT, TENANT_AT, add_tags
+from .decode import decode_row, opened, sealed
 from .errors import (
     AggregateNotFoundError,
     CommandIdReusedError,
@@ -138,16 +138,36 @@ class EventLog(Topic, Generic[A]):
 
     async def _load_fresh(self, aggregate_id: str) -> A:
         snap, rows = await self.store.load(self.name, aggregate_id)
-        if snap is not None and snap[1] == self._state_fingerprint:
-            agg = self.spec.model_validate_json(snap[2])
+        state = None if snap is None or snap[1] != self._state_fingerprint else snap[2]
+        if state is not None and self.schema.personal:  # sealed with the aggregate's key
+            state = await self.store.keyring.open_sealed(state)
+        if state is not None:
+            agg = self.spec.model_validate_json(state)
         else:
-            if snap is not None:  # stale snapshot of an older state shape: fold from the start
+            if snap is not None:  # stale or forgotten snapshot: fold from the start
                 rows = await self.store.read_stream(self.name, aggregate_id, 0)
             agg = self.spec(id=aggregate_id)
         schema = self.schema
-        for r in rows:
+        for r in await opened(self.store, schema, rows):
             agg.apply(decode_row(schema, r))
         return agg
+
+    @property
+    def snapshots(self) -> bool:
+        """Whether this log stores snapshots (``snapshot_every``): not when its events hold
+        personal data of subjects other than the aggregate itself, whose state a
+        snapshot would keep past their forgetting (the aggregate's own is sealed)."""
+        return self.options.snapshot_every > 0 and all(
+            subject_at == AGGREGATE_AT for _, subject_at in self.schema.personal
+        )
+
+    async def _save_snapshot(self, agg: A) -> None:
+        state = agg.model_dump_json()
+        if self.schema.personal:
+            state = await self.store.keyring.seal_text(agg.id, state)
+        await self.store.save_snapshot(
+            self.name, agg.id, agg.version, self._state_fingerprint, state
+        )
 
     async def load(self, aggregate_id: str) -> A:
         """The aggregate's current state (version 0 if it has no events)."""
@@ -223,6 +243,7 @@ class EventLog(Topic, Generic[A]):
         rows = self._rows(aggregate_id, expected_version, events, meta, tenant, command_id)
         if tags:
             rows = self._tagged(rows, tags)
+        rows = await sealed(self.store, self.schema, rows)
         try:
             res = await self.store.append(
                 AppendRequest(self.name, rows, aggregate_id, expected_version, command_id)
@@ -321,7 +342,8 @@ class EventLog(Topic, Generic[A]):
             agg = await self._load_cached(aggregate_id)
             return ExecuteResult(aggregate_id, agg.version, (), 0, -1, duplicate=True)
         schema = self.schema
-        events = tuple(decode_row(schema, r) for r in await self._landed_rows(rec))
+        rows = await opened(self.store, schema, await self._landed_rows(rec))
+        events = tuple(decode_row(schema, r) for r in rows)
         return ExecuteResult(
             aggregate_id, rec.version, events, rec.first_offset, rec.last_offset, duplicate=True
         )
@@ -365,6 +387,7 @@ class EventLog(Topic, Generic[A]):
         meta = meta or _EMPTY_META
         tenant = self.check_tenant(meta.tenant)
         opts = self.options
+        personal = bool(self.schema.personal)
         landed = await self._landed(aggregate_id, command_id)
         if landed is not None:
             return await self._executed(aggregate_id, landed)
@@ -390,6 +413,8 @@ class EventLog(Topic, Generic[A]):
                 return ExecuteResult(aggregate_id, agg.version, (), 0, -1)
             base = agg.version
             rows = self._rows(aggregate_id, base, events, meta, tenant, command_id)
+            if personal:
+                rows = await self.store.keyring.seal_rows(self.schema, rows)
             try:
                 res = await self.store.append(
                     AppendRequest(
@@ -426,14 +451,8 @@ class EventLog(Topic, Generic[A]):
                 for e in events:
                     agg.apply(e)
             every = opts.snapshot_every
-            if every and agg.version // every > base // every:
-                await self.store.save_snapshot(
-                    self.name,
-                    aggregate_id,
-                    agg.version,
-                    self._state_fingerprint,
-                    agg.model_dump_json(),
-                )
+            if every and agg.version // every > base // every and self.snapshots:
+                await self._save_snapshot(agg)
             return ExecuteResult(
                 aggregate_id, agg.version, tuple(events), res.first_offset, res.last_offset
             )

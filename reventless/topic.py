@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from .decode import envelope_of
+from .decode import envelope_of, opened, sealed
 from .errors import StoreError, TenantError
 from .ids import now_us, uuid7_strs
 from .spec import Envelope, Metadata
@@ -80,14 +80,15 @@ class Topic:
     async def read(self, from_offset: int = 1, limit: int = 1000) -> list[Envelope[Any]]:
         """Up to ``limit`` envelopes from ``from_offset`` on, in offset order."""
         rows = await self.store.read(self.name, from_offset, limit)
+        rows = await opened(self.store, self.schema, rows)
         return [envelope_of(self.schema, self.name, r) for r in rows]
 
     async def iter(
         self, from_offset: int = 1, *, page_size: int = 2000
     ) -> AsyncIterator[Envelope[Any]]:
         """Every envelope from ``from_offset`` to the current head, read in pages."""
-        async for rows in self._pages(from_offset, page_size):
-            for r in rows:
+        async for page in self._pages(from_offset, page_size):
+            for r in await opened(self.store, self.schema, page):
                 yield envelope_of(self.schema, self.name, r)
 
     async def _pages(
@@ -97,11 +98,24 @@ class Topic:
             yield rows
 
     async def read_batches(
-        self, from_offset: int = 1, *, batch_size: int = 10_000, upto: int | None = None
+        self,
+        from_offset: int = 1,
+        *,
+        batch_size: int = 10_000,
+        upto: int | None = None,
+        sealed: bool = False,
     ) -> AsyncIterator[pa.RecordBatch]:
-        """The log as typed Arrow record batches (the topic's ``arrow_schema``)."""
+        """The log as typed Arrow record batches (the topic's ``arrow_schema``).
+
+        Personal fields are opened: a string shows as itself, another value as its JSON
+        text, a forgotten subject's as ``"[erased]"``; ``sealed=True`` leaves them as
+        stored (what exports and segments hold)."""
+        schema = self.schema
         async for rows in self._pages(from_offset, batch_size, upto):
-            yield self.schema.to_arrow(rows)
+            batch = schema.to_arrow(rows)
+            if schema.personal and not sealed:
+                batch = await self.store.keyring.open_batch(schema, batch)
+            yield batch
 
     async def export_parquet(
         self, path: str | Path, *, from_offset: int = 1, batch_size: int = 50_000
@@ -116,7 +130,8 @@ class Topic:
         count = 0
         try:
             with pq.ParquetWriter(str(part), self.arrow_schema) as writer:
-                async for batch in self.read_batches(from_offset, batch_size=batch_size):
+                batches = self.read_batches(from_offset, batch_size=batch_size, sealed=True)
+                async for batch in batches:
                     writer.write_batch(batch)
                     count += batch.num_rows
             os.replace(part, target)
@@ -178,4 +193,5 @@ class Topic:
                 for k, f in zip(keys, fields, strict=True)
             ),
         )
+        rows = await sealed(self.store, self.schema, rows)
         return await self.store.append(AppendRequest(self.name, rows))

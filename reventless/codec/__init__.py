@@ -29,6 +29,7 @@ from .columns import (
     MSG_ID_AT,
     OFFSET_AT,
     PARTITION_AT,
+    PERSONAL_KEY,
     PRODUCED_AT_AT,
     ROW_IDX_AT,
     SCHEMA_VERSION_AT,
@@ -36,6 +37,7 @@ from .columns import (
     TYPE_AT,
     VERSION_AT,
     Column,
+    Plaintext,
     SqlKind,
 )
 from .schema import TAGS_COLUMN, TAGS_TYPE, TopicSchema, add_tags
@@ -50,6 +52,7 @@ __all__ = [
     "MSG_ID_AT",
     "OFFSET_AT",
     "PARTITION_AT",
+    "PERSONAL_KEY",
     "PRODUCED_AT_AT",
     "ROW_IDX_AT",
     "SCHEMA_VERSION_AT",
@@ -59,6 +62,7 @@ __all__ = [
     "TYPE_AT",
     "VERSION_AT",
     "Column",
+    "Plaintext",
     "SqlKind",
     "TopicSchema",
     "add_tags",

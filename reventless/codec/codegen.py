@@ -20,9 +20,20 @@ from pydantic import BaseModel, TypeAdapter
 from pydantic.fields import FieldInfo
 
 from ..errors import SchemaMismatchError
+from ..personal import ERASED, Personal
 from ..tags import Tag
 from .arrow import _LEAVES, _ColCodec
-from .columns import _HI, _LO, Column, _Conv, _dt_text, _loads, _td_micros, _time_text
+from .columns import (
+    _HI,
+    _LO,
+    Column,
+    Plaintext,
+    _Conv,
+    _dt_text,
+    _loads,
+    _td_micros,
+    _time_text,
+)
 
 _Fn = Callable[..., Any]
 _ERRORS = (KeyError, AttributeError, TypeError, ValueError, OverflowError)
@@ -53,6 +64,24 @@ _ENC_CONV |= {"enum": lambda v: v.value if isinstance(v, Enum) else v, "dec": st
 _ENC_CONV |= {"time": _time_text, "td": _td_micros}
 _DEC_CONV: dict[str, _Conv | None] = {"bytes": _LEAVES["bin"].dec, "td": _LEAVES["dur"].dec}
 _DEC_CONV |= {"json": _loads}
+
+
+def _opened(v: Any) -> Any:
+    """A personal field's value from what its column gave: opened JSON text, else
+    ``ERASED`` (sealed text no keyring opened: the subject is forgotten)."""
+    return _loads(v.text) if type(v) is Plaintext else ERASED
+
+
+_DEC_CONV["sealed"] = _opened
+
+
+def _sealing(dump: _Conv | None) -> _Conv:
+    assert dump is not None
+
+    def seal(v: Any) -> Plaintext:
+        return Plaintext(dump(v))
+
+    return seal
 
 
 def _compile(lines: list[str], ns: dict[str, Any], arg: str, what: str) -> _Fn:
@@ -93,7 +122,15 @@ def _model_encoder(what: str, names: Sequence[str], slots: list[_Slot]) -> _Fn:
     ns: dict[str, Any] = {}
     items = ["None"] * len(names)
     for s in slots:
-        conv = _bind(ns, s.col, s.dump if s.tag == "json" else _ENC_CONV.get(s.tag))
+        conv = _bind(
+            ns,
+            s.col,
+            s.dump
+            if s.tag == "json"
+            else _sealing(s.dump)
+            if s.tag == "sealed"
+            else _ENC_CONV.get(s.tag),
+        )
         items[s.col] = _enc_item(s.col, f"d[{s.attr!r}]", conv, s.tag == "int", names[s.col])
     return _compile(["d = obj.__dict__", f"return {_tuple(items)}"], ns, "obj", what)
 
@@ -200,10 +237,11 @@ def _slot(model: type[BaseModel], col: int, name: str, info: FieldInfo, tag: str
     va = info.validation_alias
     key = va if isinstance(va, str) and model.model_config.get("validate_by_alias", True) else name
     dump = None
-    if tag == "json":
+    if tag in ("json", "sealed"):
         ann: Any = info.annotation
-        if info.metadata:  # keep Annotated serialisers for the JSON dump
-            ann = typing.cast(Any, Annotated)[(ann, *info.metadata)]
+        meta = [m for m in info.metadata if not isinstance(m, Personal)]
+        if meta:  # keep Annotated serialisers for the JSON dump
+            ann = typing.cast(Any, Annotated)[(ann, *meta)]
         adapter: TypeAdapter[Any] = TypeAdapter(ann)
         dump = partial(_dump_json, adapter)
     return _Slot(col, name, key, tag, n, not info.is_required(), plain_type(info) is not None, dump)

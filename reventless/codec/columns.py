@@ -86,6 +86,27 @@ class Column:
     arrow_type: pa.DataType
     sql_kind: SqlKind
     nullable: bool
+    #: Personal data (``rv.Personal``): the subject field's name, "" for the aggregate id,
+    #: None for an ordinary column. Such a column holds sealed text (``PERSONAL_KEY``).
+    personal: str | None = None
+
+
+#: Arrow field metadata of a personal column: the subject field ("" = the aggregate id).
+PERSONAL_KEY = "reventless.personal"
+
+
+class Plaintext:
+    """A personal field's JSON text in the clear: what an encoder emits (the store's
+    keyring seals it before anything is written; nothing else can write it) and what
+    opening a sealed value gives the decoder."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return "Plaintext(...)"
 
 
 def _dt_text(v: datetime) -> str:

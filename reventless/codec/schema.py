@@ -9,14 +9,16 @@ from __future__ import annotations
 import hashlib
 import json
 import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Union
 
 import pyarrow as pa
 from pydantic import BaseModel
 
 from ..errors import SchemaMismatchError, SpecError, UnknownEventTypeError
+from ..personal import ERASED, personal_fields
 from ..spec import Event, check_field_names, union_members
 from ..tags import event_tags, tag_fields
 from .arrow import (
@@ -30,12 +32,22 @@ from .arrow import (
     _type_text,
 )
 from .codegen import _Fn, _model_decoder, _model_encoder, _Plan, _row_codecs, _slot
-from .columns import _ENC, FIELDS_AT, META_FIELDS, META_SQL_KINDS, Column, _dumps
+from .columns import (
+    _ENC,
+    AGGREGATE_AT,
+    FIELDS_AT,
+    META_FIELDS,
+    META_SQL_KINDS,
+    PERSONAL_KEY,
+    Column,
+    Plaintext,
+    _dumps,
+)
 from .typemap import _complete, _map_ann
 
 
 def _plan(
-    topic: str, models: Sequence[tuple[str, type[BaseModel]]], union: bool
+    topic: str, models: Sequence[tuple[str, type[BaseModel]]], union: bool, personal: bool = True
 ) -> tuple[list[Column], list[_Plan]]:
     columns: dict[str, Column] = {}
     owner: dict[str, str] = {}
@@ -45,18 +57,27 @@ def _plan(
         aliases = [a for i in model.model_fields.values() for a in (i.alias, i.serialization_alias)]
         check_field_names(model.__name__, [*model.model_fields, *filter(None, aliases)])
         fields = []
+        sealed = dict(personal_fields(model)) if personal else {}
         for fname, info in model.model_fields.items():
             where = f"{model.__name__}.{fname}"
-            t, n, md, tag = _map_ann(info.annotation, info.metadata, where, None, ())
-            col = Column(
-                fname, t, _arrow_kind(t, md[_ENC].encode() if md else None, where), union or n
-            )
+            if fname in sealed:  # sealed text, whatever the value's type
+                t, n, tag = pa.string(), _admits_none(info.annotation), "sealed"
+                col = Column(fname, t, "text", True, sealed[fname] or "")
+            else:
+                t, n, md, tag = _map_ann(info.annotation, info.metadata, where, None, ())
+                col = Column(
+                    fname, t, _arrow_kind(t, md[_ENC].encode() if md else None, where), union or n
+                )
             prev = columns.setdefault(fname, col)
             owner.setdefault(fname, model.__name__)
-            if (_type_text(prev.arrow_type), prev.sql_kind) != (_type_text(t), col.sql_kind):
+            if (_type_text(prev.arrow_type), prev.sql_kind, prev.personal) != (
+                _type_text(t),
+                col.sql_kind,
+                col.personal,
+            ):
                 raise SpecError(
-                    f"topic {topic!r}: field {fname!r} is {prev.arrow_type} ({prev.sql_kind}) "
-                    f"in {owner[fname]} but {t} ({col.sql_kind}) in {model.__name__}"
+                    f"topic {topic!r}: field {fname!r} is {_col_text(prev)} in {owner[fname]} "
+                    f"but {_col_text(col)} in {model.__name__}"
                 )
             fields.append((fname, info, tag, n))
         found.append((etype, model, fields))
@@ -66,6 +87,33 @@ def _plan(
         for etype, model, fields in found
     ]
     return list(columns.values()), plans
+
+
+def _admits_none(annotation: Any) -> bool:
+    return annotation is Any or (
+        typing.get_origin(annotation) in (Union, types.UnionType)
+        and type(None) in typing.get_args(annotation)
+    )
+
+
+def _col_text(c: Column) -> str:
+    subject = "" if c.personal is None else f", personal data of {c.personal or 'the aggregate'}"
+    return f"{c.arrow_type} ({c.sql_kind}{subject})"
+
+
+def _erasing(decode: _Fn, slots: Sequence[tuple[int, str]]) -> _Fn:
+    """``decode`` that leaves ``ERASED`` in each personal field whose value was not opened
+    (its subject forgotten, or no keyring at hand): validation would make it a plain str."""
+
+    def erasing(values: Sequence[Any]) -> Any:
+        obj = decode(values)
+        for i, attr in slots:
+            v = values[i]
+            if v is not None and type(v) is not Plaintext:
+                obj.__dict__[attr] = ERASED
+        return obj
+
+    return erasing
 
 
 #: The column of an event's tags (topics whose events declare tags, and DCB logs): a JSON
@@ -106,6 +154,11 @@ def _tagging(encode: _Fn, model: type[BaseModel]) -> _Fn:
     return tagged
 
 
+def _personal_of(f: pa.Field) -> str | None:
+    value = (f.metadata or {}).get(PERSONAL_KEY.encode())
+    return None if value is None else bytes(value).decode()
+
+
 class TopicSchema:
     """A topic's typed schema (SQL columns and Arrow schema) with precompiled codecs.
 
@@ -143,17 +196,29 @@ class TopicSchema:
                 c.name,
                 c.arrow_type,
                 c.nullable,
-                {_ENC: "json"} if c.sql_kind == "json" and _is_str(c.arrow_type) else None,
+                {_ENC: "json"}
+                if c.sql_kind == "json" and _is_str(c.arrow_type)
+                else None
+                if c.personal is None
+                else {PERSONAL_KEY: c.personal},
             )
             for c in self.columns
         ]
+        #: (row index of a personal column, row index of its subject's id), in column order.
+        self.personal: tuple[tuple[int, int], ...] = tuple(
+            (FIELDS_AT + i, AGGREGATE_AT if not c.personal else FIELDS_AT + names.index(c.personal))
+            for i, c in enumerate(self.columns)
+            if c.personal is not None
+        )
         self._schema = pa.schema([*META_FIELDS, *fields])
         kinds = (*META_SQL_KINDS, *(c.sql_kind for c in self.columns))
         self._codecs = tuple(
             _col_codec(f.type, k) for f, k in zip(self._schema, kinds, strict=True)
         )
         canonical = [
-            [c.name, _type_text(c.arrow_type), c.sql_kind, c.nullable] for c in self.columns
+            [c.name, _type_text(c.arrow_type), c.sql_kind, c.nullable]
+            + ([] if c.personal is None else [c.personal])
+            for c in self.columns
         ]
         self._fingerprint = hashlib.sha256(
             _dumps(["codec/1", name, canonical]).encode()
@@ -165,6 +230,11 @@ class TopicSchema:
             )
             for etype, model, slots in plans or ()
         }
+        for etype, _, slots in plans or ():
+            sealed = [(s.col, s.attr) for s in slots if s.tag == "sealed"]
+            if sealed:
+                enc, dec = self._models[etype]
+                self._models[etype] = (enc, _erasing(dec, sealed))
         if tagged and plans is not None:  # the generated encoders leave the tags column None
             for etype, model, _ in plans:
                 enc, dec = self._models[etype]
@@ -197,11 +267,13 @@ class TopicSchema:
         return cls(name, columns, plans)
 
     @classmethod
-    def from_model(cls, name: str, model: type[BaseModel]) -> TopicSchema:
-        """Topic of one model (event type ``model.__name__``), nullability as annotated."""
+    def from_model(cls, name: str, model: type[BaseModel], *, personal: bool = True) -> TopicSchema:
+        """Topic of one model (event type ``model.__name__``), nullability as annotated.
+        ``personal=False`` stores ``rv.Personal`` fields as ordinary columns (read-model
+        rows: their ``on_forget`` hooks erase them)."""
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise SpecError(f"topic {name!r}: {model!r} is not a pydantic model")
-        return cls(name, *_plan(name, [(model.__name__, model)], union=False))
+        return cls(name, *_plan(name, [(model.__name__, model)], False, personal))
 
     @classmethod
     def from_arrow(cls, name: str, schema: pa.Schema) -> TopicSchema:
@@ -212,7 +284,12 @@ class TopicSchema:
             raise SpecError(f"topic {name!r}: {TAGS_COLUMN!r} must be the last column")
         kind = partial(_arrow_kind, where=f"topic {name!r}")
         return cls(
-            name, [Column(f.name, f.type, kind(f.type, _enc(f)), f.nullable) for f in schema], None
+            name,
+            [
+                Column(f.name, f.type, kind(f.type, _enc(f)), f.nullable, _personal_of(f))
+                for f in schema
+            ],
+            None,
         )
 
     @property

@@ -27,7 +27,7 @@ from ..broker import Broker, Message, Subscription, capabilities_of
 from ..codec import OFFSET_AT, PARTITION_AT, TYPE_AT
 from ..codec.ipc import decode_batch
 from ..deadletter import DeadLetter, RedriveReport
-from ..decode import envelope_of
+from ..decode import envelope_of, opened
 from ..errors import LeaseLostError
 from ..eventlog import EventLog
 from ..scheduling import ScheduleWrite
@@ -504,7 +504,11 @@ class Collector:
         handlers = self.dispatch.get(topic, {})
         schema = self.topics[topic].schema
         wildcard = "*" in handlers
-        envs = [envelope_of(schema, topic, r) for r in rows if wildcard or r[TYPE_AT] in handlers]
+        if not wildcard:
+            rows = [r for r in rows if r[TYPE_AT] in handlers]
+        if schema.personal:
+            rows = await opened(self.store, schema, rows)
+        envs = [envelope_of(schema, topic, r) for r in rows]
         await self.process(topic, partition, envs, checkpoint)
 
     def handler_for(self, ev: Envelope[Any]) -> HandlerSpec:

@@ -174,6 +174,27 @@ class ReadModel(Component, Generic[R]):
             raise SpecError(f"{name}: key {key!r} is not a field of {row.__name__}")
         self.row = row
         self.key = key
+        #: ``on_forget``'s hook: what a forgotten data subject changes in this table.
+        self.forget_hook: HandlerSpec | None = None
+
+    def on_forget(self, fn: _F) -> _F:
+        """Register the decorated function as what ``App.forget(subject)`` does to this
+        table after destroying the subject's key: ``fn(subject)`` or ``fn(subject,
+        current)`` (the row keyed by the subject, or None), sync or async, returning
+        ``Upsert``/``Delete`` ops like an event handler. Rows derived from the subject's
+        personal data (a name copied into a row) are erased here; the events themselves
+        read as ``rv.ERASED`` from then on.
+
+        Example::
+
+            @directory.on_forget
+            def _(subject: str, current: CustomerRow | None) -> rv.Delete | None:
+                return rv.Delete(subject) if current else None
+        """
+        if self.forget_hook is not None:
+            raise SpecError(f"{self.name}: two on_forget hooks")
+        self.forget_hook = self._spec(fn, None)
+        return fn
 
 
 class EventMapper(Component):

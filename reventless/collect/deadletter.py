@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..deadletter import DeadLetter, RedriveReport
-from ..decode import envelope_of
+from ..decode import envelope_of, opened
 from ..errors import Rejected
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ async def redrive(collector: Collector, aggregate_id: str | None) -> RedriveRepo
     for (topic, agg), items in groups.items():
         schema = c.topics[topic].schema
         for dl in items:
-            rows = await c.store.read(topic, dl.offset, 1)
+            rows = await opened(c.store, schema, await c.store.read(topic, dl.offset, 1))
             ev = envelope_of(schema, topic, rows[0])
             try:
                 await c.redo(ev)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..codec import TopicSchema
-from ..decode import decode_row
+from ..decode import decode_row, opened
 from ..errors import AppendConditionError, Rejected, StoreError
 from ..spec import Command, Envelope, Event, Metadata
 from ..store.append import AppendResult, CommandRecord
@@ -135,6 +135,7 @@ async def _original(log: DecidingLog, rec: CommandRecord) -> DecisionResult:
     if first is None or last is None or last < first:
         return DecisionResult((), 0, -1, 0, 0, duplicate=True)
     rows = await log.store.read(log.name, first, last - first + 1, upto=last)
+    rows = await opened(log.store, log.schema, rows)
     events = tuple(decode_row(log.schema, r) for r in rows)
     return DecisionResult(events, first, last, 0, 0, duplicate=True)
 

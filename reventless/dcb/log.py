@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from ..codec import TopicSchema, add_tags
-from ..decode import envelope_of
+from ..decode import envelope_of, opened, sealed
 from ..errors import (
     AppendConditionError,
     CommandIdReusedError,
@@ -111,6 +111,7 @@ class DcbLog:
         most ``limit``). ``env.offset`` is an event's position, ``env.tags`` its tags."""
         rows = await self.store.read_query(self.name, query, after=after, limit=limit)
         schema = self.schema
+        rows = await opened(self.store, schema, rows)
         return [envelope_of(schema, self.name, r) for r in rows]
 
     def _extra(self, tags: Tags | None, n: int) -> list[tuple[str, ...]] | None:
@@ -187,7 +188,9 @@ class DcbLog:
         if not events:
             head = await self.head()
             return AppendResult(self.name, head + 1, head)
-        rows = self._rows(events, extra, meta, tenant, command_id)
+        rows = await sealed(
+            self.store, self.schema, self._rows(events, extra, meta, tenant, command_id)
+        )
         request = AppendRequest(self.name, rows, command_id=command_id, condition=condition)
         try:
             res = await self.store.append(request)

@@ -106,7 +106,7 @@ class TopicPlan:
 
 def row_schema(model: ReadModel[Any]) -> TopicSchema:
     """The read model's row codec (the one its SQL table uses)."""
-    return TopicSchema.from_model(model.name, model.row)
+    return TopicSchema.from_model(model.name, model.row, personal=False)
 
 
 def output_schema(model: ReadModel[Any]) -> pa.Schema:

@@ -21,6 +21,7 @@ from .admin import CollectorLag, SqlStoreAdmin, StoreAdmin, StoreOverview, Topic
 from .append import AppendRequest, AppendResult, StoredRow
 from .collector import CollectorStore, Failure, Fence, Progress, SqlCollectorStore
 from .database import Database, StoreOptions
+from .keys import Keyring, KeyStore, MasterKey, SqlKeyStore
 from .leases import Grant, LeaseStore
 from .port import EventStore, Loaded, Part, Store
 from .readmodel import ReadModelStore, RowModel, RowTable, RowWriter
@@ -67,8 +68,11 @@ __all__ = [
     "Failure",
     "Fence",
     "Grant",
+    "KeyStore",
+    "Keyring",
     "LeaseStore",
     "Loaded",
+    "MasterKey",
     "Part",
     "Progress",
     "ReadModelStore",
@@ -82,6 +86,7 @@ __all__ = [
     "ScheduleStore",
     "SqlCollectorStore",
     "SqlEventStore",
+    "SqlKeyStore",
     "SqlScheduleStore",
     "Store",
     "StoreAdmin",

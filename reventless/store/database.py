@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import re
+import socket
 import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -46,6 +49,17 @@ _file_locks: dict[str, threading.Lock] = {}
 _file_locks_guard = threading.Lock()
 
 
+def _timeout(raw: object, default: float | None) -> float | None:
+    """The ``timeout`` URL option in seconds (``0``: no limit), else ``default``."""
+    if raw is None:
+        return default
+    try:
+        seconds = float(str(raw))
+    except ValueError:
+        raise StoreError(f"timeout must be a number of seconds, got {raw!r}") from None
+    return seconds if seconds > 0 else None
+
+
 def _file_lock(path: str) -> threading.Lock:
     key = os.path.realpath(path)
     with _file_locks_guard:
@@ -61,16 +75,78 @@ class StoreOptions:
     ``inline_writes``: on a SQLite file, an append that has no company runs on the
     event loop's thread instead of hopping to the writer thread (lower latency; the
     loop is blocked for that one commit).
+    ``timeout``: on PostgreSQL, the seconds connecting may take (libpq's
+    ``connect_timeout``, unless the URL sets one) and one transaction may take from its
+    call to its answer. Past it the connection is shut under the waiting driver and the
+    call raises ``StoreError``, so a silent network (a partition, a half-open
+    connection) fails the caller instead of hanging it. A transaction that timed out may
+    still have committed: retry commands with a ``command_id``. ``None``: no limit.
 
     Example::
 
         rv.App(store="sqlite:///shop.db?synchronous=NORMAL")
+        rv.App(store="postgresql+psycopg://app@db/shop?timeout=10")
     """
 
     synchronous: str = "FULL"
     busy_timeout_ms: int = 60_000
     read_threads: int | None = None  # default: 2 for SQLite, 4 for a server
     inline_writes: bool = True
+    timeout: float | None = 60.0
+
+
+class Deadline:
+    """The time limit of one PostgreSQL transaction (``StoreOptions.timeout``).
+
+    The event loop calls ``expire`` when the time is up: it shuts down the socket of the
+    connection the transaction runs on (between ``arm`` and ``disarm``), so the driver
+    blocked on it fails at once, on whatever thread it waits. A socket is the one thing
+    that wakes a driver waiting on a silent network: cancelling the await leaves a worker
+    thread stuck, and PostgreSQL's cancel request would travel the same dead path.
+    """
+
+    __slots__ = ("_fd", "_lock", "expired", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+
+    def arm(self, fileno: int) -> None:
+        """Watch the connection on socket ``fileno`` (``StoreError`` if already expired)."""
+        with self._lock:
+            if self.expired:
+                raise self.error()
+            self._fd = fileno
+
+    def disarm(self) -> None:
+        """The transaction is over: leave its connection alone."""
+        with self._lock:
+            self._fd = None
+
+    def expire(self) -> None:
+        """Time is up: shut the armed connection's socket down."""
+        with self._lock:
+            self.expired = True
+            if self._fd is not None:
+                with contextlib.suppress(OSError):  # a duplicate: closing it keeps the fd
+                    sock = socket.fromfd(self._fd, socket.AF_INET, socket.SOCK_STREAM)
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    finally:
+                        sock.close()
+
+    def error(self) -> StoreError:
+        """What the caller gets."""
+        return StoreError(
+            f"PostgreSQL did not answer within {self.seconds:g} s (the store's timeout): "
+            "the connection was dropped; the transaction may or may not have committed"
+        )
+
+
+def _fileno(conn: Connection) -> int:
+    return int(conn.connection.dbapi_connection.fileno())  # type: ignore[union-attr]
 
 
 class Database:
@@ -86,12 +162,17 @@ class Database:
         sync = str(query.pop("synchronous", opts.synchronous)).upper()
         if sync not in _SYNC_MODES:
             raise StoreError(f"synchronous must be one of {sorted(_SYNC_MODES)}, got {sync!r}")
+        timeout = _timeout(query.pop("timeout", None), opts.timeout)
+        backend = parsed.get_backend_name()
+        if backend not in ("sqlite", "postgresql"):
+            raise StoreError(f"unsupported store URL scheme {parsed.drivername!r}")
+        if backend == "postgresql" and timeout is not None:
+            query.setdefault("connect_timeout", str(max(2, math.ceil(timeout))))
         self.url = parsed.set(query=query)
         self.options = opts
         self.synchronous = sync
-        backend = self.url.get_backend_name()
-        if backend not in ("sqlite", "postgresql"):
-            raise StoreError(f"unsupported store URL scheme {self.url.drivername!r}")
+        #: Seconds one PostgreSQL transaction may take (``StoreOptions.timeout``).
+        self.timeout = None if backend == "sqlite" else timeout
         self.is_sqlite = backend == "sqlite"
         self.is_memory = self.is_sqlite and self.url.database in (None, "", ":memory:")
         self._writer_engine: Engine | None = None
@@ -326,7 +407,7 @@ class Database:
                 "hashtext(coalesce(current_schema(), '')))"
             )
 
-    def write_sync(self, fn: Callable[[Connection], T]) -> T:
+    def write_sync(self, fn: Callable[[Connection], T], deadline: Deadline | None = None) -> T:
         """Run ``fn`` in one write transaction (call on the writer thread)."""
         lock = self._write_lock
         if lock is not None:
@@ -334,6 +415,8 @@ class Database:
         conn: Connection | None = None
         try:
             conn = self._writer_conn()
+            if deadline is not None:
+                deadline.arm(_fileno(conn))
             with conn.begin():
                 return fn(conn)
         except sa.exc.OperationalError as exc:
@@ -343,6 +426,8 @@ class Database:
                 conn.invalidate()  # the next transaction opens a fresh connection
             raise StoreError(f"store write failed: {exc}") from exc
         finally:
+            if deadline is not None:
+                deadline.disarm()
             if lock is not None:
                 lock.release()
 
@@ -359,7 +444,9 @@ class Database:
             and lock.acquire(blocking=False)
         )
 
-    def write_raw_sync(self, fn: Callable[[Any], T], *, locked: bool = False) -> T:
+    def write_raw_sync(
+        self, fn: Callable[[Any], T], *, locked: bool = False, deadline: Deadline | None = None
+    ) -> T:
         """SQLite's append hot path: ``fn`` gets a DBAPI cursor inside plain
         ``BEGIN IMMEDIATE``/``COMMIT`` statements, which skips SQLAlchemy's
         per-transaction bookkeeping. (PostgreSQL appends run on ``pgasync``.)
@@ -368,7 +455,10 @@ class Database:
         if lock is not None and not locked:
             lock.acquire()
         try:
-            cur = self._writer_conn().connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            conn = self._writer_conn()
+            if deadline is not None:
+                deadline.arm(_fileno(conn))
+            cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             cur.execute(self._begin_sql)
             try:
                 out = fn(cur)
@@ -380,6 +470,8 @@ class Database:
         except sqlite3.OperationalError as exc:
             raise StoreError(f"store write failed: {exc}") from exc
         finally:
+            if deadline is not None:
+                deadline.disarm()
             if lock is not None:
                 lock.release()
 
@@ -387,10 +479,29 @@ class Database:
         """Run ``write_raw_sync(fn)`` on the writer thread."""
         if self._writer is None:
             raise StoreError("store is not open")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writer, self.write_raw_sync, fn)
+        return await self._timed(self._writer, lambda d: self.write_raw_sync(fn, deadline=d))
 
-    def read_sync(self, fn: Callable[[Connection], T]) -> T:
+    def deadline(self) -> Deadline | None:
+        """A fresh time limit for one transaction (PostgreSQL with a ``timeout``)."""
+        return None if self.timeout is None else Deadline(self.timeout)
+
+    async def _timed(self, pool: ThreadPoolExecutor, work: Callable[[Deadline | None], T]) -> T:
+        """Run ``work`` on ``pool`` under a fresh ``deadline`` (armed by ``work``)."""
+        loop = asyncio.get_running_loop()
+        deadline = self.deadline()
+        if deadline is None:
+            return await loop.run_in_executor(pool, work, None)
+        timer = loop.call_later(deadline.seconds, deadline.expire)
+        try:
+            return await loop.run_in_executor(pool, work, deadline)
+        except Exception as exc:
+            if deadline.expired:
+                raise deadline.error() from exc
+            raise
+        finally:
+            timer.cancel()
+
+    def read_sync(self, fn: Callable[[Connection], T], deadline: Deadline | None = None) -> T:
         """Run ``fn`` in one read transaction (a consistent snapshot) on the calling thread."""
         if self.is_memory:  # the one shared connection, used by the writer thread
             return self.write_sync(fn)
@@ -400,6 +511,8 @@ class Database:
                 if conn is None or conn.closed or conn.invalidated:
                     conn = self._local.conn = self.reader_engine.connect()
                     self._reader_conns.append(conn)
+                if deadline is not None:
+                    deadline.arm(_fileno(conn))
                 with conn.begin():
                     return fn(conn)
             except sa.exc.OperationalError as exc:
@@ -408,19 +521,22 @@ class Database:
                 if attempt == 1 and exc.connection_invalidated:
                     continue
                 raise StoreError(f"store read failed: {exc.orig}") from exc
+            finally:
+                if deadline is not None:
+                    deadline.disarm()
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one write transaction on the writer thread."""
         if self._writer is None:
             raise StoreError("store is not open")
-        return await asyncio.get_running_loop().run_in_executor(self._writer, self.write_sync, fn)
+        return await self._timed(self._writer, partial(self.write_sync, fn))
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one read transaction on a reader thread."""
         if self._readers is None:
             raise StoreError("store is not open")
-        return await asyncio.get_running_loop().run_in_executor(self._readers, self.read_sync, fn)
+        return await self._timed(self._readers, partial(self.read_sync, fn))
 
     # -- SQL text helpers (hot paths bypass the expression compiler) -----------------------
 

@@ -28,6 +28,7 @@ from ..tags import Query
 from ..topicdef import TopicDef
 from .append import AppendRequest, AppendResult, CommandRecord, StoredRow
 from .collector import CollectorStore
+from .keys import Keyring
 from .leases import LeaseStore
 from .readmodel import ReadModelStore, RowModel
 from .relay import RelayPositions
@@ -191,6 +192,11 @@ class Store(EventStore, Protocol):
 
     def read_model(self, model: RowModel[Any]) -> ReadModelStore[Any]:
         """The table of a read model (queries, and the rows its batches write)."""
+        ...
+
+    @property
+    def keyring(self) -> Keyring:
+        """Seals and opens personal fields with the data subjects' keys."""
         ...
 
 

@@ -95,11 +95,16 @@ class ReadModelStore(RowTable, Protocol[R]):
         """Number of rows."""
         ...
 
+    async def write_erasing(self, changed: dict[Any, R | None]) -> None:
+        """Upsert rows / delete keys (``None``) in one transaction, overwriting the bytes
+        the old rows held."""
+        ...
+
 
 def read_model_table(model: RowModel[Any], name: str | None = None) -> sa.Table:
     """The table of read model ``model`` as SQLAlchemy metadata: its row's columns, keyed
     by ``model.key``; named ``name`` (another version) or ``rm_<name>``."""
-    schema = TopicSchema.from_model(model.name, model.row)
+    schema = TopicSchema.from_model(model.name, model.row, personal=False)
     return sa.Table(
         name or table_name("rm_", model.name),
         sa.MetaData(),
@@ -146,7 +151,7 @@ class SqlReadModelTable(Generic[R]):
         version and swap it in); default ``rm_<name>``."""
         self.model = model
         self.db = db
-        self.schema = TopicSchema.from_model(model.name, model.row)
+        self.schema = TopicSchema.from_model(model.name, model.row, personal=False)
         self.table = table or table_name("rm_", model.name)
         self.columns = [c.name for c in self.schema.columns]
         self.key_index = self.columns.index(model.key)
@@ -230,6 +235,24 @@ class SqlReadModelTable(Generic[R]):
             conn.exec_driver_sql(self.upsert_sql, ups)
         if dels:
             conn.exec_driver_sql(self.delete_sql, dels)
+
+    async def write_erasing(self, changed: dict[Any, R | None]) -> None:
+        """Apply ``changed`` (as ``write_sync``) in its own transaction, overwriting the
+        old rows' bytes (SQLite ``secure_delete``) so no copy of what they held is left in
+        free pages; the caller purges old copies (``Keyring.purge``)."""
+        sqlite = self.db.is_sqlite
+
+        def run(conn: Connection) -> None:
+            if sqlite:
+                conn.exec_driver_sql("PRAGMA secure_delete = ON")
+            try:
+                self.write_sync(conn, changed)
+            finally:
+                if sqlite:
+                    conn.exec_driver_sql("PRAGMA secure_delete = OFF")
+
+        if changed:
+            await self.db.write(run)
 
     def key_of(self, row: BaseModel) -> Any:
         """The key of a row, checking it is this model's row type."""

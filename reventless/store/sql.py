@@ -41,6 +41,7 @@ from .commands import CommandLookup
 from .database import Database
 from .dcb import DcbAppends, guarded, read_query
 from .ddl import PG_TYPES, evolve, topic_table
+from .keys import Keyring, MasterKey, SqlKeyStore
 from .leases import SqlLeaseStore
 from .readmodel import RowModel, SqlReadModelTable
 from .relay import SqlRelayPositions
@@ -108,6 +109,20 @@ class SqlEventStore:
         self.retention = SqlRetentionStore(db)
         #: The outbox relay's positions (``relay.py``).
         self.relay_positions = SqlRelayPositions(db, partial(heads_sync, db))
+        self._keyring: Keyring | None = None
+
+    @property
+    def keyring(self) -> Keyring:
+        """Seals and opens personal fields (``keys.py``). By default the subjects' keys
+        live in ``rv_keys`` under the master key from the environment (``KeyringError``
+        on first use when there is none); assign a ``Keyring`` to use another."""
+        if self._keyring is None:
+            self._keyring = Keyring(SqlKeyStore(self.db, MasterKey.from_env()))
+        return self._keyring
+
+    @keyring.setter
+    def keyring(self, keyring: Keyring) -> None:
+        self._keyring = keyring
 
     def read_model(self, model: RowModel[Any]) -> SqlReadModelTable[Any]:
         """The table of read model ``model`` (``rm_<name>``)."""

@@ -98,7 +98,8 @@ class Member:
         if sub.state == "paused" or not got.owned:
             return Page([], head + 1, head, lag, sub.state, leases)
         nxt = rows[-1][OFFSET_AT] + 1 if len(rows) == limit else head + 1
-        return Page(events_of(info, rows, sub.columns), nxt, head, lag, sub.state, leases)
+        shown = await subs.shown(info, rows)
+        return Page(events_of(info, shown, sub.columns), nxt, head, lag, sub.state, leases)
 
     async def ack(self, partition: int, offset: int, epoch: int) -> int:
         """Persist the partition's cursor, fenced by the lease ``epoch`` (``LeaseLostError``

@@ -33,6 +33,7 @@ from ..errors import (
 from ..predicate import Predicate
 from ..store.catalog import EventFilter
 from ..store.database import Database
+from ..store.keys import Keyring, MasterKey, SqlKeyStore
 from ..store.subscriptions import (
     SqlSubscriptionStore,
     State,
@@ -107,6 +108,8 @@ class Subscriptions:
         self._owns_db = owns_db
         self._topics: dict[str, TopicInfo] = {}
         self._predicates: dict[tuple[str, str], Predicate] = {}
+        #: Opens personal fields (built on first use: the master key is in the environment).
+        self.keyring: Keyring | None = None
 
     @classmethod
     def from_url(cls, url: str, *, max_limit: int = 10_000) -> Subscriptions:
@@ -290,7 +293,19 @@ class Subscriptions:
         if sub.state == "paused":
             return Page([], start, head, lag, "paused")
         nxt = rows[-1][OFFSET_AT] + 1 if len(rows) == limit else max(start, head + 1)
-        return Page(events_of(info, rows, sub.columns), nxt, head, lag, sub.state)
+        shown = await self.shown(info, rows)
+        return Page(events_of(info, shown, sub.columns), nxt, head, lag, sub.state)
+
+    async def shown(
+        self, info: TopicInfo, rows: Sequence[tuple[Any, ...]]
+    ) -> Sequence[tuple[Any, ...]]:
+        """``rows`` with personal fields as subscribers see them: opened (a string as
+        itself, another value as its JSON text), ``"[erased]"`` once forgotten."""
+        if not info.schema.personal or not rows:
+            return rows
+        if self.keyring is None:
+            self.keyring = Keyring(SqlKeyStore(self.db, MasterKey.from_env()))
+        return await self.keyring.shown_rows(info.schema, rows)
 
     async def ack(self, sub_id: str, offset: int, *, tenant: str | None = ADMIN) -> int:
         """Persist that everything up to ``offset`` is processed; returns the acked offset

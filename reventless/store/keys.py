@@ -1,0 +1,490 @@
+"""Keys of data subjects: the key store port, its SQL table, and the keyring that seals
+and opens personal fields (``rv.Personal``) with them.
+
+Each data subject has one random AES-256 key (its data key), created the first time an
+event carries personal data of that subject. The SQL key store keeps data keys in
+``rv_keys``, wrapped (AES-GCM) under the master key; the master key itself never
+reaches the database: it comes from ``REVENTLESS_MASTER_KEY`` (URL-safe base64 of 32
+bytes) or the file named by ``REVENTLESS_MASTER_KEY_FILE``. Another key store (a KMS)
+plugs in through the ``KeyStore`` Protocol.
+
+A sealed value is text: ``rv1:<key id>:<base64url(nonce | AES-GCM ciphertext)>``, with
+the key id as associated data. The plaintext is the value's JSON text. Destroying a
+subject's key (``forget``) makes every value sealed with it unreadable for good:
+readers get the ``ERASED`` placeholder (crypto-shredding). SQLite deletes the key row
+with ``secure_delete`` and checkpoints the WAL so no copy of the wrapped key is left in
+the file; PostgreSQL's ``VACUUM`` of ``rv_keys`` then removes the dead row version.
+
+Example::
+
+    keyring = Keyring(SqlKeyStore(db), MasterKey.from_env())
+    rows = await keyring.seal_rows(schema, rows)   # before an append
+    rows = await keyring.open_rows(schema, rows)   # before decoding
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+import sqlalchemy as sa
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from sqlalchemy.engine import Connection
+
+from ..codec import FIELDS_AT, Plaintext, TopicSchema
+from ..errors import KeyringError
+from . import tables
+from .database import Database
+
+__all__ = [
+    "KeyStore",
+    "Keyring",
+    "MasterKey",
+    "SqlKeyStore",
+    "is_sealed",
+]
+
+#: The prefix of sealed text (format version 1).
+SEALED_PREFIX = "rv1:"
+_NONCE = 12
+
+keys_table = sa.Table(
+    "rv_keys",
+    tables.metadata,
+    sa.Column("key_id", sa.String(40), primary_key=True),
+    sa.Column("subject", sa.String(400), nullable=False, unique=True),
+    sa.Column("wrapped", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+)
+"""Data keys of subjects, wrapped under the master key (one per subject)."""
+
+
+def is_sealed(value: object) -> bool:
+    """Whether ``value`` is sealed text (a personal field's stored value)."""
+    return isinstance(value, str) and value.startswith(SEALED_PREFIX)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class MasterKey:
+    """The key that wraps every data key (32 bytes; never stored by reventless)."""
+
+    key: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.key) != 32:
+            raise KeyringError(f"the master key must be 32 bytes, got {len(self.key)}")
+
+    def __repr__(self) -> str:
+        return "MasterKey(...)"
+
+    @classmethod
+    def generate(cls) -> MasterKey:
+        """A new random master key (``text`` gives what ``REVENTLESS_MASTER_KEY`` holds)."""
+        return cls(os.urandom(32))
+
+    @property
+    def text(self) -> str:
+        """URL-safe base64 of the key, the form ``REVENTLESS_MASTER_KEY`` takes."""
+        return base64.urlsafe_b64encode(self.key).decode()
+
+    @classmethod
+    def parse(cls, text: str) -> MasterKey:
+        """A master key from its URL-safe base64 text (``KeyringError`` if malformed)."""
+        try:
+            raw = base64.urlsafe_b64decode(text.strip().encode() + b"==")
+        except (binascii.Error, ValueError) as exc:
+            raise KeyringError("the master key is not URL-safe base64") from exc
+        return cls(raw)
+
+    @classmethod
+    def from_env(cls) -> MasterKey:
+        """From ``REVENTLESS_MASTER_KEY``, else the file ``REVENTLESS_MASTER_KEY_FILE``
+        (its text); ``KeyringError`` when neither is set or the key is malformed."""
+        text = os.environ.get("REVENTLESS_MASTER_KEY")
+        if text:
+            return cls.parse(text)
+        path = os.environ.get("REVENTLESS_MASTER_KEY_FILE")
+        if path:
+            try:
+                return cls.parse(Path(path).read_text())
+            except OSError as exc:
+                raise KeyringError(f"cannot read the master key file: {exc.strerror}") from exc
+        raise KeyringError(
+            "events with personal data need a master key: set REVENTLESS_MASTER_KEY "
+            "(URL-safe base64 of 32 bytes) or REVENTLESS_MASTER_KEY_FILE"
+        )
+
+    def wrap(self, key_id: str, key: bytes) -> bytes:
+        nonce = os.urandom(_NONCE)
+        return nonce + AESGCM(self.key).encrypt(nonce, key, b"rv-key:" + key_id.encode())
+
+    def unwrap(self, key_id: str, wrapped: bytes) -> bytes:
+        try:
+            return AESGCM(self.key).decrypt(
+                wrapped[:_NONCE], wrapped[_NONCE:], b"rv-key:" + key_id.encode()
+            )
+        except InvalidTag as exc:
+            raise KeyringError(
+                f"data key {key_id} does not open with this master key (wrong key?)"
+            ) from exc
+
+
+class KeyStore(Protocol):
+    """Where data keys live. The SQL one wraps them under a master key; a KMS-backed one
+    would wrap or generate them there."""
+
+    async def keys_for(self, subjects: Collection[str]) -> dict[str, tuple[str, bytes]]:
+        """``subject -> (key id, data key)`` for each of ``subjects``, creating the keys
+        that do not exist yet (durably, before this returns)."""
+        ...
+
+    async def keys(self, key_ids: Collection[str]) -> dict[str, bytes]:
+        """``key id -> data key`` of the ids that exist (destroyed or unknown ids are
+        absent)."""
+        ...
+
+    async def destroy(self, subject: str) -> int:
+        """Destroy the subject's key(s) for good; the number destroyed."""
+        ...
+
+
+class SqlKeyStore:
+    """Data keys in the store's own database (``rv_keys``), wrapped under ``master``."""
+
+    def __init__(self, db: Database, master: MasterKey) -> None:
+        self.db = db
+        self.master = master
+
+    async def keys_for(self, subjects: Collection[str]) -> dict[str, tuple[str, bytes]]:
+        wanted = sorted(set(subjects))
+        if not wanted:
+            return {}
+        fresh = {s: (uuid.uuid4().hex, os.urandom(32)) for s in wanted}
+        now = int(time.time() * 1_000_000)
+        rows = [
+            {"key_id": kid, "subject": s, "wrapped": self.master.wrap(kid, key), "created_at": now}
+            for s, (kid, key) in fresh.items()
+        ]
+
+        def run(conn: Connection) -> list[Any]:
+            stmt = self._insert_missing(conn)
+            conn.execute(stmt, rows)
+            return list(
+                conn.execute(
+                    sa.select(
+                        keys_table.c.subject, keys_table.c.key_id, keys_table.c.wrapped
+                    ).where(keys_table.c.subject.in_(wanted))
+                )
+            )
+
+        found = await self.db.write(run)
+        return {str(s): (str(k), self.master.unwrap(str(k), bytes(w))) for s, k, w in found}
+
+    def _insert_missing(self, conn: Connection) -> Any:
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            return pg_insert(keys_table).on_conflict_do_nothing(index_elements=["subject"])
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(keys_table).on_conflict_do_nothing(index_elements=["subject"])
+
+    async def keys(self, key_ids: Collection[str]) -> dict[str, bytes]:
+        ids = sorted(set(key_ids))
+        if not ids:
+            return {}
+
+        def run(conn: Connection) -> list[Any]:
+            out: list[Any] = []
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
+                q = sa.select(keys_table.c.key_id, keys_table.c.wrapped).where(
+                    keys_table.c.key_id.in_(chunk)
+                )
+                out.extend(conn.execute(q))
+            return out
+
+        found = await self.db.read(run)
+        return {str(k): self.master.unwrap(str(k), bytes(w)) for k, w in found}
+
+    async def destroy(self, subject: str) -> int:
+        sqlite = self.db.is_sqlite
+
+        def run(conn: Connection) -> int:
+            if sqlite:  # overwrite the deleted row's bytes instead of leaving them free
+                conn.exec_driver_sql("PRAGMA secure_delete = ON")
+            try:
+                res = conn.execute(sa.delete(keys_table).where(keys_table.c.subject == subject))
+            finally:
+                if sqlite:
+                    conn.exec_driver_sql("PRAGMA secure_delete = OFF")
+            return int(res.rowcount or 0)
+
+        n = await self.db.write(run)
+        if n:
+            await self.purge()
+        return n
+
+    async def purge(self) -> None:
+        """Drop old copies of deleted or overwritten rows. SQLite: checkpoint the WAL
+        into the file and truncate it (the file's own pages were overwritten with
+        ``secure_delete``); best effort, a reader in the middle of a long read can keep
+        the WAL. PostgreSQL keeps dead row versions in the table's pages until VACUUM
+        reuses them; no query or ``pg_dump`` sees them."""
+        path = self.db.url.database
+        if self.db.is_sqlite and not self.db.is_memory and path:
+            await asyncio.to_thread(_checkpoint, path)
+
+
+class Keyring:
+    """Seals and opens personal fields with the subjects' keys, caching them.
+
+    Keys found are cached for ``ttl`` seconds, so another process's ``forget`` takes
+    effect here within that time (this process's ``forget`` at once). Destroyed key ids
+    are remembered for good (ids are never reused).
+    """
+
+    def __init__(self, store: KeyStore, *, ttl: float = 30.0, max_keys: int = 100_000) -> None:
+        self.store = store
+        self.ttl = ttl
+        self.max_keys = max_keys
+        self._by_subject: dict[str, tuple[str, float]] = {}
+        self._by_id: dict[str, tuple[AESGCM, float]] = {}
+        self._gone: set[str] = set()
+
+    # -- cache ------------------------------------------------------------------------------
+
+    def _fresh(self, stamp: float) -> bool:
+        return time.monotonic() - stamp < self.ttl
+
+    def _remember(self, key_id: str, key: bytes, subject: str | None = None) -> None:
+        if len(self._by_id) >= self.max_keys:
+            self._by_id.clear()
+            self._by_subject.clear()
+        now = time.monotonic()
+        self._by_id[key_id] = (AESGCM(key), now)
+        if subject is not None:
+            self._by_subject[subject] = (key_id, now)
+
+    def _cipher(self, key_id: str) -> AESGCM | None:
+        hit = self._by_id.get(key_id)
+        return hit[0] if hit is not None and self._fresh(hit[1]) else None
+
+    # -- sealing ----------------------------------------------------------------------------
+
+    async def seal_rows(
+        self, schema: TopicSchema, rows: Sequence[Sequence[Any]]
+    ) -> list[tuple[Any, ...]]:
+        """``rows`` of an append (stored rows without their ``_offset``) with each personal
+        field's ``Plaintext`` sealed with its subject's key (keys are created as needed).
+        Another value there that is not sealed yet (an Arrow or dict publish) is taken as
+        the value itself."""
+        if not schema.personal:
+            return [tuple(r) for r in rows]
+        cols = [(at - 1, subject_at - 1) for at, subject_at in schema.personal]
+        rows = [_plain(r, cols) for r in rows]
+        subjects: set[str] = set()
+        for r in rows:
+            for at, subject_at in cols:
+                if type(r[at]) is Plaintext:
+                    subjects.add(_subject(r, subject_at, schema, at))
+        missing = [s for s in subjects if self._subject_key(s) is None]
+        if missing:
+            for s, (kid, key) in (await self.store.keys_for(missing)).items():
+                self._remember(kid, key, s)
+        out = []
+        for r in rows:
+            row = list(r)
+            for at, subject_at in cols:
+                v = row[at]
+                if type(v) is Plaintext:
+                    found = self._subject_key(_subject(r, subject_at, schema, at))
+                    if found is None:  # pragma: no cover - keys_for returns every subject
+                        raise KeyringError("no key for a subject of this append")
+                    row[at] = _seal(found[0], found[1], v.text)
+            out.append(tuple(row))
+        return out
+
+    async def seal_text(self, subject: str, text: str) -> str:
+        """``text`` sealed with ``subject``'s key (an aggregate snapshot, say)."""
+        found = self._subject_key(subject)
+        if found is None:
+            for s, (kid, key) in (await self.store.keys_for([subject])).items():
+                self._remember(kid, key, s)
+            found = self._subject_key(subject)
+            assert found is not None
+        return _seal(found[0], found[1], text)
+
+    async def open_sealed(self, value: str) -> str | None:
+        """The text sealed in ``value`` (``seal_text``), None once its key is destroyed."""
+        if is_sealed(value):
+            await self.prefetch([value[len(SEALED_PREFIX) :].split(":", 1)[0]])
+        return self.open_text(value)
+
+    def _subject_key(self, subject: str) -> tuple[str, AESGCM] | None:
+        hit = self._by_subject.get(subject)
+        if hit is None or not self._fresh(hit[1]):
+            return None
+        cipher = self._cipher(hit[0])
+        return None if cipher is None else (hit[0], cipher)
+
+    # -- opening ----------------------------------------------------------------------------
+
+    async def prefetch(self, key_ids: Collection[str]) -> None:
+        """Load the keys of ``key_ids`` that are not cached (destroyed ones are noted)."""
+        missing = {k for k in key_ids if k not in self._gone and self._cipher(k) is None}
+        if not missing:
+            return
+        found = await self.store.keys(missing)
+        for kid, key in found.items():
+            self._remember(kid, key)
+        self._gone.update(missing - found.keys())
+
+    async def open_rows(self, schema: TopicSchema, rows: Sequence[Sequence[Any]]) -> list[Any]:
+        """``rows`` with each sealed personal value opened (``Plaintext``); values whose key
+        is destroyed stay sealed (they decode as ``ERASED``). Rows without personal columns
+        come back as they are."""
+        cols = schema.personal
+        if not cols or not rows:
+            return list(rows)
+        await self.prefetch(
+            {
+                v[len(SEALED_PREFIX) : v.index(":", len(SEALED_PREFIX))]
+                for r in rows
+                for at, _ in cols
+                if is_sealed(v := r[at]) and v.count(":") >= 2
+            }
+        )
+        return [self.open_row(cols, r) for r in rows]
+
+    async def shown_rows(
+        self, schema: TopicSchema, rows: Sequence[Sequence[Any]]
+    ) -> list[tuple[Any, ...]]:
+        """``rows`` with each personal value as text to show: a string value as itself,
+        another as its JSON text, ``"[erased]"`` when its key is destroyed."""
+        out = []
+        for r in await self.open_rows(schema, rows):
+            row = list(r)
+            for at, _ in schema.personal:
+                v = row[at]
+                if v is not None:
+                    row[at] = _shown(v.text if type(v) is Plaintext else None)
+            out.append(tuple(row))
+        return out
+
+    def open_row(self, cols: Sequence[tuple[int, int]], row: Sequence[Any]) -> tuple[Any, ...]:
+        """One row opened with cached keys only (``prefetch`` first)."""
+        out = list(row)
+        for at, _ in cols:
+            text = self.open_text(out[at])
+            if text is not None:
+                out[at] = Plaintext(text)
+        return tuple(out)
+
+    def open_text(self, value: object) -> str | None:
+        """The JSON text sealed in ``value``, or None (not sealed, or its key is gone)."""
+        if not is_sealed(value):
+            return None
+        assert isinstance(value, str)
+        try:
+            _, key_id, body = value.split(":", 2)
+            cipher = self._cipher(key_id)
+            if cipher is None:
+                return None
+            raw = base64.urlsafe_b64decode(body.encode() + b"==")
+            return cipher.decrypt(raw[:_NONCE], raw[_NONCE:], key_id.encode()).decode()
+        except (ValueError, binascii.Error, InvalidTag):
+            return None  # damaged or foreign text reads as erased, never as a failure
+
+    async def open_batch(self, schema: TopicSchema, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with its personal columns opened: a string value shows as itself,
+        any other value as its JSON text, a forgotten one as ``"[erased]"``."""
+        if not schema.personal or batch.num_rows == 0:
+            return batch
+        names = [schema.columns[at - FIELDS_AT].name for at, _ in schema.personal]
+        columns = {n: batch.column(n).to_pylist() for n in names if n in batch.schema.names}
+        ids = {
+            v[len(SEALED_PREFIX) :].split(":", 1)[0]
+            for values in columns.values()
+            for v in values
+            if is_sealed(v)
+        }
+        await self.prefetch(ids)
+        arrays = list(batch.columns)
+        for n, values in columns.items():
+            arrays[batch.schema.get_field_index(n)] = pa.array(
+                [None if v is None else _shown(self.open_text(v)) for v in values], pa.string()
+            )
+        return pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
+
+    # -- forgetting -------------------------------------------------------------------------
+
+    async def purge(self) -> None:
+        """Let the key store drop old copies of what was overwritten (``SqlKeyStore``:
+        SQLite's WAL frames, PostgreSQL's dead rows); a no-op for stores without one."""
+        purge = getattr(self.store, "purge", None)
+        if purge is not None:
+            await purge()
+
+    async def forget(self, subject: str) -> int:
+        """Destroy ``subject``'s key; cached copies in this process go at once."""
+        n = await self.store.destroy(subject)
+        hit = self._by_subject.pop(subject, None)
+        if hit is not None:
+            self._by_id.pop(hit[0], None)
+            self._gone.add(hit[0])
+        return n
+
+
+def _checkpoint(path: str) -> None:
+    conn = sqlite3.connect(path, timeout=5.0)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+def _plain(row: Sequence[Any], cols: Sequence[tuple[int, int]]) -> Sequence[Any]:
+    if all(row[at] is None or type(row[at]) is Plaintext for at, _ in cols):
+        return row
+    out = list(row)
+    for at, _ in cols:
+        v = out[at]
+        if v is not None and type(v) is not Plaintext and not is_sealed(v):
+            out[at] = Plaintext(json.dumps(v, separators=(",", ":"), ensure_ascii=False))
+    return out
+
+
+def _subject(row: Sequence[Any], subject_at: int, schema: TopicSchema, at: int) -> str:
+    value = row[subject_at]
+    if value is None or value == "":
+        raise KeyringError(
+            f"topic {schema.name!r}: an event has personal data "
+            f"({schema.columns[at + 1 - FIELDS_AT].name}) but no data subject id"
+        )
+    return value if isinstance(value, str) else str(value)
+
+
+def _seal(key_id: str, cipher: AESGCM, text: str) -> str:
+    nonce = os.urandom(_NONCE)
+    body = nonce + cipher.encrypt(nonce, text.encode(), key_id.encode())
+    return f"{SEALED_PREFIX}{key_id}:{base64.urlsafe_b64encode(body).rstrip(b'=').decode()}"
+
+
+def _shown(text: str | None) -> str:
+    if text is None:
+        return "[erased]"
+    value = json.loads(text)
+    return value if isinstance(value, str) else text
