@@ -330,6 +330,12 @@ class App:
         filters = {n: topology.filters(n) for n in self._components}
         self._check_order()
         await self.store.open()
+        if any(t.schema.personal for t in self._topics.values()):
+            try:  # no master key: KeyringError now (nothing built), not at the first event
+                _ = self.store.keyring
+            except BaseException:
+                await self.store.close()
+                raise
         created: list[str] = []
         declared: list[str] = []
         try:
@@ -345,8 +351,6 @@ class App:
             raise
         self._started = True
         defs = {n: t.definition for n, t in self._topics.items()}
-        if any(d.schema.personal for d in defs.values()):
-            _ = self.store.keyring  # no master key: KeyringError now, not at the first event
         for d in defs.values():  # pyarrow's lazy set-up (~0.2 s) now, not at the first event
             empty = decode_batch(encode_batch(d.schema.to_arrow([])))
             d.schema.from_arrow_rows(empty, with_meta=True)

@@ -32,7 +32,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -329,9 +329,8 @@ class Keyring:
 
     async def open_sealed(self, value: str) -> str | None:
         """The text sealed in ``value`` (``seal_text``), None once its key is destroyed."""
-        if is_sealed(value):
-            await self.prefetch([value[len(SEALED_PREFIX) :].split(":", 1)[0]])
-        return self.open_text(value)
+        ciphers = await self.prefetch([_key_id(value)]) if is_sealed(value) else {}
+        return self.open_text(value, ciphers)
 
     def _subject_key(self, subject: str) -> tuple[str, AESGCM] | None:
         hit = self._by_subject.get(subject)
@@ -342,15 +341,24 @@ class Keyring:
 
     # -- opening ----------------------------------------------------------------------------
 
-    async def prefetch(self, key_ids: Collection[str]) -> None:
-        """Load the keys of ``key_ids`` that are not cached (destroyed ones are noted)."""
-        missing = {k for k in key_ids if k not in self._gone and self._cipher(k) is None}
-        if not missing:
-            return
-        found = await self.store.keys(missing)
-        for kid, key in found.items():
-            self._remember(kid, key)
-        self._gone.update(missing - found.keys())
+    async def prefetch(self, key_ids: Collection[str]) -> dict[str, AESGCM]:
+        """The ciphers of ``key_ids`` that exist, loading those not cached (destroyed
+        ones are noted for good)."""
+        out: dict[str, AESGCM] = {}
+        missing = set()
+        for k in key_ids:
+            cipher = self._cipher(k)
+            if cipher is not None:
+                out[k] = cipher
+            elif k not in self._gone:
+                missing.add(k)
+        if missing:
+            found = await self.store.keys(missing)
+            for kid, key in found.items():
+                self._remember(kid, key)
+                out[kid] = self._by_id[kid][0]
+            self._gone.update(missing - found.keys())
+        return out
 
     async def open_rows(self, schema: TopicSchema, rows: Sequence[Sequence[Any]]) -> list[Any]:
         """``rows`` with each sealed personal value opened (``Plaintext``); values whose key
@@ -359,15 +367,10 @@ class Keyring:
         cols = schema.personal
         if not cols or not rows:
             return list(rows)
-        await self.prefetch(
-            {
-                v[len(SEALED_PREFIX) : v.index(":", len(SEALED_PREFIX))]
-                for r in rows
-                for at, _ in cols
-                if is_sealed(v := r[at]) and v.count(":") >= 2
-            }
+        ciphers = await self.prefetch(
+            {_key_id(v) for r in rows for at, _ in cols if is_sealed(v := r[at])}
         )
-        return [self.open_row(cols, r) for r in rows]
+        return [self.open_row(cols, r, ciphers) for r in rows]
 
     async def shown_rows(
         self, schema: TopicSchema, rows: Sequence[Sequence[Any]]
@@ -384,23 +387,29 @@ class Keyring:
             out.append(tuple(row))
         return out
 
-    def open_row(self, cols: Sequence[tuple[int, int]], row: Sequence[Any]) -> tuple[Any, ...]:
-        """One row opened with cached keys only (``prefetch`` first)."""
+    def open_row(
+        self,
+        cols: Sequence[tuple[int, int]],
+        row: Sequence[Any],
+        ciphers: Mapping[str, AESGCM] | None = None,
+    ) -> tuple[Any, ...]:
+        """One row opened with ``ciphers`` (``prefetch``) or the cached keys."""
         out = list(row)
         for at, _ in cols:
-            text = self.open_text(out[at])
+            text = self.open_text(out[at], ciphers)
             if text is not None:
                 out[at] = Plaintext(text)
         return tuple(out)
 
-    def open_text(self, value: object) -> str | None:
-        """The JSON text sealed in ``value``, or None (not sealed, or its key is gone)."""
+    def open_text(self, value: object, ciphers: Mapping[str, AESGCM] | None = None) -> str | None:
+        """The JSON text sealed in ``value``, or None (not sealed, or its key is gone):
+        opened with ``ciphers`` (``prefetch``), else the cached keys."""
         if not is_sealed(value):
             return None
         assert isinstance(value, str)
         try:
             _, key_id, body = value.split(":", 2)
-            cipher = self._cipher(key_id)
+            cipher = (ciphers or {}).get(key_id) or self._cipher(key_id)
             if cipher is None:
                 return None
             raw = base64.urlsafe_b64decode(body.encode() + b"==")
@@ -415,17 +424,14 @@ class Keyring:
             return batch
         names = [schema.columns[at - FIELDS_AT].name for at, _ in schema.personal]
         columns = {n: batch.column(n).to_pylist() for n in names if n in batch.schema.names}
-        ids = {
-            v[len(SEALED_PREFIX) :].split(":", 1)[0]
-            for values in columns.values()
-            for v in values
-            if is_sealed(v)
-        }
-        await self.prefetch(ids)
+        ciphers = await self.prefetch(
+            {_key_id(v) for values in columns.values() for v in values if is_sealed(v)}
+        )
         arrays = list(batch.columns)
         for n, values in columns.items():
             arrays[batch.schema.get_field_index(n)] = pa.array(
-                [None if v is None else _shown(self.open_text(v)) for v in values], pa.string()
+                [None if v is None else _shown(self.open_text(v, ciphers)) for v in values],
+                pa.string(),
             )
         return pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
 
@@ -446,6 +452,10 @@ class Keyring:
             self._by_id.pop(hit[0], None)
             self._gone.add(hit[0])
         return n
+
+
+def _key_id(sealed: str) -> str:
+    return sealed[len(SEALED_PREFIX) :].split(":", 1)[0]
 
 
 def _checkpoint(path: str) -> None:
