@@ -424,6 +424,21 @@ async def cmd_redrive(a: argparse.Namespace) -> int:
     return 0 if report.still_parked == 0 else 1
 
 
+async def cmd_forget(a: argparse.Namespace) -> int:
+    app = _load_app(a.app, a.store)
+    async with app:
+        done = await app.forget(a.subject)
+    print(f"forgotten: {done.keys} key(s) destroyed, {done.rows} read-model row(s) erased")
+    return 0
+
+
+async def cmd_master_key(a: argparse.Namespace) -> int:
+    from .store.keys import MasterKey
+
+    print(MasterKey.generate().text)
+    return 0
+
+
 def _tokens(path: str) -> dict[str, str | None]:
     try:
         with open(path, encoding="utf-8") as f:
@@ -631,6 +646,17 @@ def _parser() -> argparse.ArgumentParser:
     app_arg(r)
     r.add_argument("--store", default=None, help="store URL passed to the --app factory")
     r.add_argument("--aggregate", default=None)
+    fg = sub.add_parser(
+        "forget",
+        help="forget a data subject: destroy its key (crypto-shredding), run on_forget hooks",
+    )
+    fg.add_argument("subject", help="the data subject's id (what rv.Personal(subject=) holds)")
+    app_arg(fg)
+    fg.add_argument("--store", default=None, help="store URL passed to the --app factory")
+    sub.add_parser(
+        "master-key",
+        help="print a new random master key (for REVENTLESS_MASTER_KEY or its file)",
+    )
     s = add("serve", "run the HTTP/SSE subscription gateway (extra 'serve')")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=_port, default=8000)
@@ -722,6 +748,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "schedules": cmd_schedules,
         "redrive-schedules": cmd_redrive_schedules,
         "rebuild": cmd_rebuild,
+        "forget": cmd_forget,
+        "master-key": cmd_master_key,
     }
     try:
         return asyncio.run(handlers[a.cmd](a))

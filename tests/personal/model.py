@@ -109,3 +109,8 @@ async def register_two(customers: rv.EventLog[Customer]) -> None:
     )
     await customers.execute("c-1", Move(address="12 St James's Square"))
     await customers.execute("c-2", Register(name=ALAN, born=date(1912, 6, 23), city="London"))
+
+
+def cli_app(store: str) -> rv.App:
+    """``--app tests.personal.model:cli_app --store URL`` (the CLI's factory)."""
+    return app_of(store)[0]
