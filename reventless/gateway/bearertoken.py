@@ -76,7 +76,9 @@ def _entry(tenant: object) -> str:
 
 class BearerTokens:
     """Checks bearer tokens against a tokens mapping of plain tokens and hashes (see the
-    module docstring); ``ReventlessError`` at construction for a malformed mapping."""
+    module docstring); ``ReventlessError`` at construction for a malformed mapping.
+    ``plain``: how many entries hold the token itself (none: nothing in the mapping is a
+    secret to derive a stream-token key from)."""
 
     def __init__(self, tokens: Mapping[str, str | None]) -> None:
         if not isinstance(tokens, Mapping) or not tokens:
