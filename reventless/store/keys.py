@@ -263,6 +263,8 @@ class Keyring:
         self._by_subject: dict[str, tuple[str, float]] = {}
         self._by_id: dict[str, tuple[AESGCM, float]] = {}
         self._gone: set[str] = set()
+        self._wanted: set[str] = set()
+        self._flight: asyncio.Future[dict[str, tuple[str, AESGCM]]] | None = None
 
     # -- cache ------------------------------------------------------------------------------
 
@@ -300,32 +302,54 @@ class Keyring:
             for at, subject_at in cols:
                 if type(r[at]) is Plaintext:
                     subjects.add(_subject(r, subject_at, schema, at))
-        missing = [s for s in subjects if self._subject_key(s) is None]
-        if missing:
-            for s, (kid, key) in (await self.store.keys_for(missing)).items():
-                self._remember(kid, key, s)
+        keys = await self._subject_keys(subjects)
         out = []
         for r in rows:
             row = list(r)
             for at, subject_at in cols:
                 v = row[at]
                 if type(v) is Plaintext:
-                    found = self._subject_key(_subject(r, subject_at, schema, at))
-                    if found is None:  # pragma: no cover - keys_for returns every subject
-                        raise KeyringError("no key for a subject of this append")
+                    found = keys[_subject(r, subject_at, schema, at)]
                     row[at] = _seal(found[0], found[1], v.text)
             out.append(tuple(row))
         return out
 
     async def seal_text(self, subject: str, text: str) -> str:
         """``text`` sealed with ``subject``'s key (an aggregate snapshot, say)."""
-        found = self._subject_key(subject)
-        if found is None:
-            for s, (kid, key) in (await self.store.keys_for([subject])).items():
-                self._remember(kid, key, s)
-            found = self._subject_key(subject)
-            assert found is not None
-        return _seal(found[0], found[1], text)
+        kid, cipher = (await self._subject_keys({subject}))[subject]
+        return _seal(kid, cipher, text)
+
+    async def _subject_keys(self, subjects: Collection[str]) -> dict[str, tuple[str, AESGCM]]:
+        """The key of each subject: cached, else fetched or created. Concurrent callers
+        (commands on new subjects running at once) share one key-store transaction."""
+        out: dict[str, tuple[str, AESGCM]] = {}
+        missing = set()
+        for s in subjects:
+            found = self._subject_key(s)
+            if found is None:
+                missing.add(s)
+            else:
+                out[s] = found
+        if not missing:
+            return out
+        self._wanted.update(missing)
+        if self._flight is None:
+            self._flight = asyncio.ensure_future(self._create_wanted())
+        created = await asyncio.shield(self._flight)
+        for s in missing:
+            if s not in created:  # pragma: no cover - keys_for returns every subject
+                raise KeyringError("the key store returned no key for a subject")
+            out[s] = created[s]
+        return out
+
+    async def _create_wanted(self) -> dict[str, tuple[str, AESGCM]]:
+        await asyncio.sleep(0)  # let the commands running alongside add their subjects
+        wanted, self._wanted, self._flight = self._wanted, set(), None
+        out = {}
+        for s, (kid, key) in (await self.store.keys_for(wanted)).items():
+            self._remember(kid, key, s)
+            out[s] = (kid, self._by_id[kid][0])
+        return out
 
     async def open_sealed(self, value: str) -> str | None:
         """The text sealed in ``value`` (``seal_text``), None once its key is destroyed."""
