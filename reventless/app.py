@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from .broker import Broker, DeadLetterQueues, OrderAware, Undeclaring, open_broker
 from .codec import TopicSchema
-from .codec.ipc import decode_batch, encode_batch
+from .codec.ipc import Compression, decode_batch, encode_batch
 from .collect.collector import Collector
 from .collect.component import (
     Component,
@@ -204,11 +204,13 @@ class App:
         tenant: str | None = None,
         partitions: int | None = None,
         options: LogOptions | None = None,
+        compression: Compression = "none",
     ) -> EventLog[A]:
         """Declare the log of aggregate ``spec`` (built when the App starts).
 
         ``partitions`` (default ``AppOptions.partitions``) is fixed when the topic is
-        first created; collector groups share a topic by partition."""
+        first created; collector groups share a topic by partition. ``compression``
+        (``"lz4"``, ``"zstd"``) compresses its broker payloads and Parquet exports."""
         if not (isinstance(spec, type) and issubclass(spec, Aggregate)) or spec is Aggregate:
             raise SpecError(f"event_log expects an Aggregate subclass, got {spec!r}")
         if spec in self._logs:
@@ -222,6 +224,7 @@ class App:
             "aggregate",
             tenant,
             partitions=partitions or self.options.partitions,
+            compression=compression,
         )
         log_ = EventLog(
             spec,
@@ -244,11 +247,13 @@ class App:
         tenant: str | None = None,
         key: str | None = None,
         partitions: int | None = None,
+        compression: Compression = "none",
     ) -> Topic:
         """Declare a schema topic from an Arrow schema or a pydantic model.
 
         ``key`` names the column whose value is the row's aggregate id: rows of one key
-        stay in order, in one of ``partitions`` partitions.
+        stay in order, in one of ``partitions`` partitions. ``compression`` (``"lz4"``,
+        ``"zstd"``) compresses its broker payloads and Parquet exports.
         """
         if (schema is None) == (model is None):
             raise SpecError("topic() takes exactly one of schema= or model=")
@@ -261,7 +266,8 @@ class App:
             raise SpecError(f"topic {name!r}: key {key!r} is not a column")
         kind: TopicKind = "arrow" if schema is not None else "model"
         parts = partitions or self.options.partitions
-        t = Topic(TopicDef(name, ts, kind, tenant, key, parts), service=self.service)
+        definition = TopicDef(name, ts, kind, tenant, key, parts, compression)
+        t = Topic(definition, service=self.service)
         self._declare(t)
         return t
 
@@ -272,11 +278,13 @@ class App:
         events: Any,
         partitions: int = 1,
         tenant: str | None = None,
+        compression: Compression = "none",
     ) -> DcbLog:
         """Declare a DCB log: a topic of the ``events`` union (``A | B | C``) without
         aggregate ids, read by query and appended to under a condition (``rv.DcbLog``).
         Collectors, predicates, the relay and Spark see it like any topic. With several
-        ``partitions``, an event goes to the partition of its first tag."""
+        ``partitions``, an event goes to the partition of its first tag. ``compression``
+        (``"lz4"``, ``"zstd"``) compresses its broker payloads and Parquet exports."""
         members = union_members(events, f"dcb_log {name!r}")
         definition = TopicDef(
             name,
@@ -284,6 +292,7 @@ class App:
             "dcb",
             tenant,
             partitions=partitions,
+            compression=compression,
         )
         log_ = DcbLog(definition, members, service=self.service)
         self._declare(log_.topic)
@@ -352,7 +361,7 @@ class App:
         self._started = True
         defs = {n: t.definition for n, t in self._topics.items()}
         for d in defs.values():  # pyarrow's lazy set-up (~0.2 s) now, not at the first event
-            empty = decode_batch(encode_batch(d.schema.to_arrow([])))
+            empty = decode_batch(encode_batch(d.schema.to_arrow([]), d.compression))
             d.schema.from_arrow_rows(empty, with_meta=True)
         if self.options.publish:
             self._relay = Relay(

@@ -45,7 +45,8 @@ def message_for(topic: TopicDef, partition: int, rows: list[StoredRow], prev: in
 
     ``rv-prev`` is the partition's previous offset (0: none), so a consumer can tell a
     gap (it has not seen ``prev`` yet) from a duplicate; the key is the partition.
-    ``rv-types`` names the event types in the message (brokers may filter on it).
+    ``rv-types`` names the event types in the message (brokers may filter on it). The
+    payload is compressed as the topic says (``TopicDef.compression``).
     """
     first, last = rows[0][OFFSET_AT], rows[-1][OFFSET_AT]
     headers = {
@@ -59,7 +60,7 @@ def message_for(topic: TopicDef, partition: int, rows: list[StoredRow], prev: in
         headers["rv-types"] = ",".join(types)
     return Message(
         topic=topic.name,
-        data=encode_batch(topic.schema.to_arrow(rows)),
+        data=encode_batch(topic.schema.to_arrow(rows), topic.compression),
         msg_id=f"{topic.name}:{partition}:{first}-{last}",
         headers=headers,
         key=str(partition),

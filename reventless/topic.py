@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
+from .codec.ipc import parquet_compression
 from .decode import envelope_of, opened, sealed
 from .errors import StoreError, TenantError
 from .ids import now_us, uuid7_strs
@@ -123,13 +124,15 @@ class Topic:
         """Write the log from ``from_offset`` to one Parquet file; returns the row count.
 
         The file is written beside ``path`` and renamed when complete: a failed export
-        leaves no half-written file, and a file already at ``path`` stays as it was.
+        leaves no half-written file, and a file already at ``path`` stays as it was. Its
+        codec is the topic's ``compression`` (snappy where that is ``"none"``).
         """
         target = Path(path)
         part = target.with_name(f".{target.name}.part")
         count = 0
         try:
-            with pq.ParquetWriter(str(part), self.arrow_schema) as writer:
+            codec = parquet_compression(self.definition.compression)
+            with pq.ParquetWriter(str(part), self.arrow_schema, compression=codec) as writer:
                 batches = self.read_batches(from_offset, batch_size=batch_size, sealed=True)
                 async for batch in batches:
                     writer.write_batch(batch)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .codec import TopicSchema
+from .codec.ipc import COMPRESSIONS, Compression
 from .errors import SpecError
 from .spec import Metadata
 
@@ -25,7 +26,9 @@ class TopicDef:
     per-key order is kept by brokers. ``partitions`` (fixed when the topic is created)
     splits the topic by aggregate id: each event's ``_partition`` is
     ``crc32(aggregate_id) % partitions``; order is kept per partition, and a collector
-    group's members share the partitions.
+    group's members share the partitions. ``compression`` compresses the topic's broker
+    payloads (``"lz4"``, ``"zstd"``; ``"none"``: plain Arrow IPC) and names the codec of
+    its Parquet exports; consumers decode every payload whatever the setting.
     """
 
     name: str
@@ -34,10 +37,17 @@ class TopicDef:
     tenant: str | None = None
     key: str | None = None
     partitions: int = 1
+    compression: Compression = "none"
 
     def __post_init__(self) -> None:
         if not 1 <= self.partitions <= 1024:
             raise SpecError(f"topic {self.name!r}: partitions must be 1..1024")
+        if self.compression not in COMPRESSIONS:
+            choices = ", ".join(map(repr, COMPRESSIONS))
+            raise SpecError(
+                f"topic {self.name!r}: compression must be one of {choices}, "
+                f"not {self.compression!r}"
+            )
 
 
 def partition_of(aggregate_id: str | None, partitions: int) -> int:

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..codec import OFFSET_AT
+from ..codec.ipc import parquet_compression
 from ..errors import StoreError
 from ..store.sql import SqlEventStore
 from ..store.swap import SqlRebuildLog
@@ -74,7 +75,8 @@ async def export_segments(
     rows_per_file: int = 2_000_000,
 ) -> SegmentExport:
     """Append the topic's offsets after the last exported one (up to ``upto``, default the
-    current head) as new segment files; earlier segments are never rewritten."""
+    current head) as new segment files; earlier segments are never rewritten. Files use
+    the topic's ``compression`` as their Parquet codec (snappy where that is ``"none"``)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     created_at = await SqlRebuildLog(store).incarnation(topic.name)
@@ -110,7 +112,8 @@ async def export_segments(
         async for page in store.stream(topic.name, done + 1, page_size, upto=head):
             batch: pa.RecordBatch = to_spark(topic.schema.to_arrow(page))
             if writer is None:
-                writer = pq.ParquetWriter(str(tmp), schema)
+                codec = parquet_compression(topic.compression)
+                writer = pq.ParquetWriter(str(tmp), schema, compression=codec)
                 first = int(page[0][OFFSET_AT])
             writer.write_batch(batch)
             last = int(page[-1][OFFSET_AT])
