@@ -341,7 +341,7 @@ class App:
         await self.store.open()
         if any(t.schema.personal for t in self._topics.values()):
             try:  # no master key: KeyringError now (nothing built), not at the first event
-                _ = self.store.keyring
+                self.store.keyring.require()
             except BaseException:
                 await self.store.close()
                 raise

@@ -161,11 +161,24 @@ class KeyStore(Protocol):
 
 
 class SqlKeyStore:
-    """Data keys in the store's own database (``rv_keys``), wrapped under ``master``."""
+    """Data keys in the store's own database (``rv_keys``), wrapped under ``master``
+    (default: ``MasterKey.from_env()``, read when a key is first wrapped or unwrapped;
+    destroying keys needs none)."""
 
-    def __init__(self, db: Database, master: MasterKey) -> None:
+    def __init__(self, db: Database, master: MasterKey | None = None) -> None:
         self.db = db
-        self.master = master
+        self._master = master
+
+    @property
+    def master(self) -> MasterKey:
+        """The master key (``KeyringError`` when none is configured)."""
+        if self._master is None:
+            self._master = MasterKey.from_env()
+        return self._master
+
+    def require(self) -> None:
+        """Fail now (``KeyringError``) if there is no usable master key."""
+        _ = self.master
 
     async def keys_for(self, subjects: Collection[str]) -> dict[str, tuple[str, bytes]]:
         wanted = sorted(set(subjects))
@@ -460,6 +473,13 @@ class Keyring:
         return pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
 
     # -- forgetting -------------------------------------------------------------------------
+
+    def require(self) -> None:
+        """Fail now (``KeyringError``) if the key store cannot seal or open (no master
+        key): the App calls it at start when a topic has personal fields."""
+        require = getattr(self.store, "require", None)
+        if require is not None:
+            require()
 
     async def purge(self) -> None:
         """Let the key store drop old copies of what was overwritten (``SqlKeyStore``:

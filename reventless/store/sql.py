@@ -41,7 +41,7 @@ from .commands import CommandLookup
 from .database import Database
 from .dcb import DcbAppends, guarded, read_query
 from .ddl import PG_TYPES, evolve, topic_table
-from .keys import Keyring, MasterKey, SqlKeyStore
+from .keys import Keyring, SqlKeyStore
 from .leases import SqlLeaseStore
 from .readmodel import RowModel, SqlReadModelTable
 from .relay import SqlRelayPositions
@@ -115,9 +115,10 @@ class SqlEventStore:
     def keyring(self) -> Keyring:
         """Seals and opens personal fields (``keys.py``). By default the subjects' keys
         live in ``rv_keys`` under the master key from the environment (``KeyringError``
-        on first use when there is none); assign a ``Keyring`` to use another."""
+        when a key is first sealed or opened without one); assign a ``Keyring`` to use
+        another key store."""
         if self._keyring is None:
-            self._keyring = Keyring(SqlKeyStore(self.db, MasterKey.from_env()))
+            self._keyring = Keyring(SqlKeyStore(self.db))
         return self._keyring
 
     @keyring.setter
@@ -347,12 +348,14 @@ class SqlEventStore:
                 done: list[AppendResult] = []
                 scheduled = False
                 for (req, fut), out in zip(batch, outcomes, strict=True):
+                    if isinstance(out, AppendResult) and not out.duplicate:
+                        done.append(out)
+                        scheduled = scheduled or bool(req.schedules)
+                        if out.last_offset > self.known_heads.get(out.topic, 0):
+                            self.known_heads[out.topic] = out.last_offset
+                    if fut.done():  # its caller was cancelled: the append landed all the same
+                        continue
                     if isinstance(out, AppendResult):
-                        if not out.duplicate:
-                            done.append(out)
-                            scheduled = scheduled or bool(req.schedules)
-                            if out.last_offset > self.known_heads.get(out.topic, 0):
-                                self.known_heads[out.topic] = out.last_offset
                         fut.set_result(out)
                     else:
                         fut.set_exception(out)

@@ -33,7 +33,7 @@ from ..errors import (
 from ..predicate import Predicate
 from ..store.catalog import EventFilter
 from ..store.database import Database
-from ..store.keys import Keyring, MasterKey, SqlKeyStore
+from ..store.keys import Keyring, SqlKeyStore
 from ..store.subscriptions import (
     SqlSubscriptionStore,
     State,
@@ -304,7 +304,7 @@ class Subscriptions:
         if not info.schema.personal or not rows:
             return rows
         if self.keyring is None:
-            self.keyring = Keyring(SqlKeyStore(self.db, MasterKey.from_env()))
+            self.keyring = Keyring(SqlKeyStore(self.db))
         return await self.keyring.shown_rows(info.schema, rows)
 
     async def ack(self, sub_id: str, offset: int, *, tenant: str | None = ADMIN) -> int:
