@@ -45,6 +45,41 @@ class StoreError(ReventlessError):
     """The event store cannot be opened or used."""
 
 
+class StoreFullError(StoreError):
+    """The store's disk (or its configured size limit) is full: the write was rolled back
+    and nothing of it landed. Reads still work; writes succeed again once space is freed.
+
+    Example::
+
+        try:
+            await orders.execute("o-1", Place(total=3))
+        except rv.StoreFullError:
+            ...  # alert, free space, send the command again (same command id)
+    """
+
+
+class CheckpointMovedError(ReventlessError):
+    """A collector batch found its partition's stored checkpoint at ``stored``, past the
+    one the batch started from: those events were processed already (an earlier commit
+    that landed although its answer was lost, e.g. when the server went down at COMMIT).
+    Nothing of this batch landed; the collector goes on from ``stored``."""
+
+    def __init__(self, component: str, topic: str, partition: int, stored: int) -> None:
+        self.component, self.topic, self.partition, self.stored = (
+            component,
+            topic,
+            partition,
+            stored,
+        )
+        super().__init__(
+            f"collector {component!r}: the checkpoint of topic {topic!r} partition "
+            f"{partition} is at {stored} already"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CheckpointMovedError, (self.component, self.topic, self.partition, self.stored))
+
+
 class KeyringError(ReventlessError):
     """Personal data cannot be sealed or opened: no master key, a malformed one, or a data
     key that does not open with it."""

@@ -28,7 +28,7 @@ from ..codec import OFFSET_AT, PARTITION_AT, TYPE_AT
 from ..codec.ipc import decode_batch
 from ..deadletter import DeadLetter, RedriveReport
 from ..decode import envelope_of, opened
-from ..errors import LeaseLostError
+from ..errors import CheckpointMovedError, LeaseLostError
 from ..eventlog import EventLog
 from ..scheduling import ScheduleWrite
 from ..spec import Aggregate, Envelope
@@ -481,19 +481,38 @@ class Collector:
         topic, partition = key
         chunks = iter(pages)  # each at most a page: Run.pages and the store reads cut them
         chunk = next(chunks, [])
+        following = next(chunks, None)
         while key in self.checkpoints:  # not a leased partition lost meanwhile
-            following = next(chunks, None)
-            end = chunk[-1][OFFSET_AT] if chunk else self.checkpoints[key]
+            cp = self.checkpoints[key]
+            if chunk and chunk[0][OFFSET_AT] <= cp:  # a moved checkpoint covers some
+                chunk = [r for r in chunk if r[OFFSET_AT] > cp]
+            end = chunk[-1][OFFSET_AT] if chunk else cp
             if following is None and through is not None:
                 end = max(end, through)
-            if end <= self.checkpoints[key]:
-                return
-            await self.process_page(topic, partition, chunk, end)
-            self.checkpoints[key] = end
-            self.processed += len(chunk)
+            if end > cp:
+                try:
+                    await self.process_page(topic, partition, chunk, end)
+                except CheckpointMovedError as moved:
+                    if not self._adopt(key, moved):
+                        raise
+                    continue  # this page again, without what the stored checkpoint covers
+                self.checkpoints[key] = end
+                self.processed += len(chunk)
             if following is None:
                 return
-            chunk = following
+            chunk, following = following, next(chunks, None)
+
+    def _adopt(self, key: Part, moved: CheckpointMovedError) -> bool:
+        """Go on from the stored checkpoint (True if it is past this member's): a batch's
+        commit landed although its answer was lost (the connection broke at COMMIT), so
+        its events are not processed twice."""
+        log.warning(
+            "collector %s: %s (an earlier commit landed); going on from there", self.name, moved
+        )
+        if key not in self.checkpoints or moved.stored <= self.checkpoints[key]:
+            return False
+        self.checkpoints[key] = moved.stored
+        return True
 
     async def process_page(
         self, topic: str, partition: int, rows: list[StoredRow], checkpoint: int
@@ -557,7 +576,11 @@ class Collector:
         written)."""
         part = (topic, partition)
         fence = self.fence(part)
-        progress = None if checkpoint is None else Progress(topic, partition, checkpoint, fence)
+        progress = (
+            None
+            if checkpoint is None
+            else Progress(topic, partition, checkpoint, fence, after=self.checkpoints.get(part))
+        )
         try:
             return await self.store.collectors.commit(
                 self.name,

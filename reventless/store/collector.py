@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from sqlalchemy.engine import Connection
 
 from ..deadletter import DeadLetter
-from ..errors import LeaseLostError
+from ..errors import CheckpointMovedError, LeaseLostError
 from ..ids import now_us
 from ..scheduling import ScheduleWrite
 from .database import Database
@@ -50,12 +50,19 @@ class Fence:
 @dataclass(frozen=True, slots=True)
 class Progress:
     """Where a batch moves a partition: its checkpoint becomes ``offset``; ``fence`` (a
-    leased member's) is checked first in the same transaction."""
+    leased member's) is checked first in the same transaction.
+
+    ``after`` is the checkpoint the batch started from (the collector's view). If the
+    stored one is past it, the batch's events were processed already (a commit that
+    landed although its answer was lost with the connection) and the commit raises
+    ``CheckpointMovedError``, writing nothing: applying them twice would corrupt a read
+    model."""
 
     topic: str
     partition: int
     offset: int
     fence: Fence | None = None
+    after: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +145,12 @@ class SqlCollectorStore:
         )
 
     @cached_property
+    def _advance_sql(self) -> str:
+        """``_checkpoint_sql`` only where the stored checkpoint is not past ``after``."""
+        q = self.db.q
+        return f"{self._checkpoint_sql} WHERE rv_checkpoints.{q('offset')} <= {self.db.mark}"
+
+    @cached_property
     def _dead_letter_sql(self) -> str:
         q = self.db.q
         return (
@@ -213,16 +226,32 @@ class SqlCollectorStore:
             self._record_sync(conn, component, [*failed, *found])
             write_sync(self.db, conn, schedules)
             if progress is not None:
-                conn.exec_driver_sql(
-                    self._checkpoint_sql,
-                    (component, progress.topic, progress.partition, progress.offset),
-                )
+                self._advance_sync(conn, component, progress)
             return True
 
         done = await self.db.write(work)
         if done and schedules and self.on_schedules is not None:
             self.on_schedules()  # wake this process's scheduler
         return done
+
+    def _advance_sync(self, conn: Connection, component: str, progress: Progress) -> None:
+        """Move the checkpoint; with ``progress.after``, only if the stored one is not
+        past it (one statement: no extra round trip), else ``CheckpointMovedError`` rolls
+        the batch back."""
+        p = progress
+        row = (component, p.topic, p.partition, p.offset)
+        if p.after is None:
+            conn.exec_driver_sql(self._checkpoint_sql, row)
+            return
+        if conn.exec_driver_sql(self._advance_sql, (*row, p.after)).rowcount == 1:
+            return
+        q, m = self.db.q, self.db.mark
+        stored = conn.exec_driver_sql(
+            f"SELECT {q('offset')} FROM rv_checkpoints WHERE component = {m} AND topic = {m} "
+            f"AND {q('partition')} = {m}",
+            (component, p.topic, p.partition),
+        ).scalar()
+        raise CheckpointMovedError(component, p.topic, p.partition, int(stored or 0))
 
     def _fence_sync(self, conn: Connection, component: str, part: Part, fence: Fence) -> None:
         """Raise ``LeaseLostError`` (rolling the transaction back) unless ``fence.worker``
