@@ -20,7 +20,7 @@ import pytest
 import reventless as rv
 from reventless.codec import TopicSchema
 from reventless.codec.ipc import Compression, decode_batch, encode_batch
-from reventless.relay import message_for
+from reventless.relay import message_for, messages_for
 from reventless.spec import Metadata
 from reventless.store.append import StoredRow
 from reventless.topicdef import TopicDef, row_context, stored_rows
@@ -79,6 +79,22 @@ def test_a_large_repetitive_page_is_much_smaller_on_the_wire() -> None:
     assert size["none"] > 200 * 2000, size
     assert size["lz4"] * 4 < size["none"]
     assert size["zstd"] * 10 < size["none"]
+
+
+def test_a_size_limited_broker_gets_fewer_messages_each_within_its_limit() -> None:
+    """The relay splits a page by the size of the payload it would send: compressed, so
+    more events fit in one message of a broker with a limit (SNS/SQS: 256 KiB)."""
+    events = [Documented(doc=document(i), n=i) for i in range(300)]
+    limit = 64 * 1024
+    count = {}
+    for c in ("none", "zstd"):
+        definition = archive_def(c)
+        msgs = messages_for(definition, rows_of(definition, events), {}, limit)
+        assert all(len(m.data) <= limit for m in msgs)
+        offsets = [o for m in msgs for o in decode_batch(m.data).column("_offset").to_pylist()]
+        assert offsets == list(range(1, 301))
+        count[c] = len(msgs)
+    assert count["zstd"] * 4 <= count["none"], count
 
 
 def test_each_codec_writes_its_standard_frame_and_none_writes_plain_ipc() -> None:
