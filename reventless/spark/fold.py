@@ -5,7 +5,8 @@ through ``fold_partition``: rows are decoded with the topic's own codec and upca
 (the same ``envelope_of`` the live collector uses), each key's events are folded with the
 read model's decorated handlers exactly as ``ReadModelCollector.apply_sync`` applies them,
 and a key's final row is emitted as soon as its group ends, so memory stays bounded by
-one group. Nothing here imports PySpark.
+one group. Personal fields are opened first with the job's ``KeySource`` (only topics
+with personal columns pay for it). Nothing here imports PySpark.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..decode import envelope_of, retired_models
 from ..errors import ReventlessError
 from ..spec import Aggregate, Envelope
 from .arrow import from_spark
+from .keysource import KeySource
 
 _KIND_ARROW = {
     "int": pa.int64(),
@@ -171,14 +173,31 @@ def decode(schema: TopicSchema, topic: str, row: tuple[Any, ...]) -> Envelope[An
         ) from exc
 
 
+def personal(plans: Sequence[TopicPlan]) -> bool:
+    """Whether any topic of ``plans`` has personal columns (sealed text to open)."""
+    return any(schema_of(p.recipe).personal for p in plans)
+
+
+def opened_rows(
+    schema: TopicSchema, rows: list[tuple[Any, ...]], keys: KeySource | None
+) -> list[tuple[Any, ...]]:
+    """``rows`` with their personal fields opened by ``keys`` (as they are without any)."""
+    if keys is None or not schema.personal:
+        return rows
+    return keys.keyring().open_rows(schema, rows)
+
+
 def fold_partition(
-    model: ReadModel[Any], plans: Sequence[TopicPlan], counter: Any = None
+    model: ReadModel[Any],
+    plans: Sequence[TopicPlan],
+    counter: Any = None,
+    keys: KeySource | None = None,
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of a rebuild (see the module docstring).
 
     Input columns: ``_gkey`` (group key), ``_tidx`` (index into ``plans``) and one struct
     column ``t<i>`` per topic holding its row. ``counter`` (a Spark accumulator) counts
-    the events handled."""
+    the events handled; ``keys`` opens personal fields (needed when a topic has some)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         schemas = [schema_of(p.recipe) for p in plans]
@@ -205,7 +224,8 @@ def fold_partition(
                     struct = pc.filter(struct, pc.equal(tidx_col, i))
                 flat = pa.RecordBatch.from_struct_array(struct)
                 typed = from_spark(flat, schemas[i].arrow_schema)
-                rows.append(iter(schemas[i].from_arrow_rows(typed, with_meta=True)))
+                got = schemas[i].from_arrow_rows(typed, with_meta=True)
+                rows.append(iter(opened_rows(schemas[i], got, keys)))
             for g, t in zip(gkeys, tidx, strict=True):
                 row = next(rows[t])
                 if g != group:

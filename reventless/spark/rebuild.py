@@ -29,7 +29,16 @@ from ..eventlog import EventLog
 from ..store import SqlEventStore, require_sql
 from ..store.database import table_name
 from ..store.swap import SqlRebuildLog, SqlTableVersions, TableVersions
-from .fold import RebuildError, TopicPlan, fold_partition, output_schema, recipe_of, schema_of
+from .fold import (
+    RebuildError,
+    TopicPlan,
+    fold_partition,
+    output_schema,
+    personal,
+    recipe_of,
+    schema_of,
+)
+from .keysource import KeySource
 from .source import Source, default_workdir, log_frame
 from .swap import catch_up, staged_rows, version_name
 
@@ -84,9 +93,11 @@ def plan(model: Component, app: App) -> list[TopicPlan]:
 
 
 def _key_column(plan: TopicPlan) -> Column | None:
-    """The group key as a Spark expression, or None when a key function must run."""
+    """The group key as a Spark expression, or None when a key function must run (or the
+    key is a personal field: sealed text differs per event, the opened value does not)."""
     from pyspark.sql import functions as F
 
+    sealed = {c.name for c in schema_of(plan.recipe).columns if c.personal is not None}
     cases: list[tuple[list[str], str]] = []
     for etype, spec in plan.handlers.items():
         if spec.key is default_key:
@@ -96,6 +107,8 @@ def _key_column(plan: TopicPlan) -> Column | None:
             if named is None:
                 return None
             col = str(named)
+            if col in sealed:
+                return None
         for types, c in cases:
             if c == col:
                 types.append(etype)
@@ -110,13 +123,14 @@ def _key_column(plan: TopicPlan) -> Column | None:
     return expr
 
 
-def _python_keys(df: DataFrame, plan: TopicPlan) -> DataFrame:
-    """Add ``_gkey`` by running the handlers' key functions (decoded envelopes)."""
+def _python_keys(df: DataFrame, plan: TopicPlan, keys: KeySource | None) -> DataFrame:
+    """Add ``_gkey`` by running the handlers' key functions (decoded envelopes, personal
+    fields opened with ``keys``)."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     from .arrow import from_spark
-    from .fold import decode
+    from .fold import decode, opened_rows
 
     arrow_in = to_arrow_schema(df.schema)
     arrow_out = arrow_in.append(pa.field("_gkey", pa.string()))
@@ -126,19 +140,19 @@ def _python_keys(df: DataFrame, plan: TopicPlan) -> DataFrame:
         schema = schema_of(recipe)
         for batch in batches:
             rows = schema.from_arrow_rows(from_spark(batch, schema.arrow_schema), with_meta=True)
-            keys = []
-            for row in rows:
+            gkeys = []
+            for row in opened_rows(schema, rows, keys):
                 spec = handler(row[5])
                 k = None if spec is None else spec.key(decode(schema, name, row))
-                keys.append(None if k is None else str(k))
+                gkeys.append(None if k is None else str(k))
             yield pa.RecordBatch.from_arrays(
-                [*batch.columns, pa.array(keys, pa.string())], schema=arrow_out
+                [*batch.columns, pa.array(gkeys, pa.string())], schema=arrow_out
             )
 
     return df.mapInArrow(run, from_arrow_schema(arrow_out))
 
 
-def _events(frames: list[DataFrame], plans: list[TopicPlan]) -> DataFrame:
+def _events(frames: list[DataFrame], plans: list[TopicPlan], keys: KeySource | None) -> DataFrame:
     """One frame of every handled event: ``_gkey``, ``_tidx``, ``_off``, ``t<i>`` structs."""
     from pyspark.sql import functions as F
 
@@ -154,7 +168,7 @@ def _events(frames: list[DataFrame], plans: list[TopicPlan]) -> DataFrame:
             df = df.where(cond)
         key = _key_column(p)
         if key is None:
-            df = _python_keys(df, p)
+            df = _python_keys(df, p, keys)
             key = F.col("_gkey")
         cols = [F.col(c) for c in structs[i].fieldNames()]
         parts = [key.alias("_gkey"), F.lit(i).alias("_tidx"), F.col("_offset").alias("_off")]
@@ -175,13 +189,14 @@ def _fold(
     plans: list[TopicPlan],
     events: DataFrame,
     counter: Any,
+    keys: KeySource | None,
 ) -> DataFrame:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     n = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     ordered = events.repartition(n, "_gkey").sortWithinPartitions("_gkey", "_tidx", "_off")
     return ordered.mapInArrow(
-        fold_partition(model, plans, counter), from_arrow_schema(output_schema(model))
+        fold_partition(model, plans, counter, keys), from_arrow_schema(output_schema(model))
     )
 
 
@@ -247,6 +262,11 @@ async def rebuild(
     ``as_of`` (an offset, a per-topic mapping of offsets, or a datetime) builds the state
     at that point into ``rm_<name>__asof_<offset>`` instead and leaves the live table
     and checkpoints alone. ``app`` need not be running: the store is then opened here.
+
+    Personal fields (``rv.Personal``) are opened in the executors with keys read from
+    the store (the master key travels with the job, see ``KeySource``): handlers see
+    them as the live collector does, a forgotten subject's as ``rv.ERASED``. Column
+    upserts reading a personal field take the handlers' path.
     """
     from .session import session
     from .vector import compile_upserts
@@ -257,9 +277,15 @@ async def rebuild(
     names = [p.name for p in plans]
     compiled = compile_upserts(model, plans) if fast is not False else None
     if fast and compiled is None:
-        raise SpecError(f"{model.name}: fast=True needs handlers declared with rv.ColumnUpserts")
+        raise SpecError(
+            f"{model.name}: fast=True needs handlers declared with rv.ColumnUpserts "
+            "(over columns that are not personal data)"
+        )
     store, owned = await _open_store(app, names)
+    keys: KeySource | None = None
     try:
+        if personal(plans):  # executors (and the swap's catch-up) open them
+            keys = KeySource.of(store)
         spark = spark or session(master)
         work = Path(workdir) if workdir is not None else default_workdir()
         upto = await _resolve_as_of(store, names, as_of if as_of is not None else {})
@@ -273,7 +299,7 @@ async def rebuild(
             rows_df, handled = compiled(frames)
         else:
             counter = spark.sparkContext.accumulator(0)
-            rows_df = _fold(spark, model, plans, _events(frames, plans), counter)
+            rows_df = _fold(spark, model, plans, _events(frames, plans, keys), counter, keys)
             handled = lambda: int(counter.value)  # noqa: E731
         stage = work / "staging" / f"{table_name('rm_', model.name)}-{uuid.uuid4().hex[:8]}"
         say("folding events with " + ("compiled column upserts" if compiled else "the handlers"))
@@ -301,7 +327,7 @@ async def rebuild(
                     target,
                 )
             say("swapping the new version in")
-            final, extra = await _swap(versions, store, app, model, plans, version, upto)
+            final, extra = await _swap(versions, store, app, model, plans, version, upto, keys)
         except BaseException:
             await versions.drop(version)
             raise
@@ -319,6 +345,8 @@ async def rebuild(
             final,
         )
     finally:
+        if keys is not None:
+            keys.release()
         if owned:
             await store.close()
 
@@ -331,11 +359,12 @@ async def _swap(
     plans: list[TopicPlan],
     version: str,
     upto: dict[str, int],
+    keys: KeySource | None,
 ) -> tuple[dict[Part, int], int]:
     names = list(upto)
     heads = await store.partition_heads(names, upto=upto)
     collector = _running(app, model.name)
-    apply = catch_up(model, plans)
+    apply = catch_up(model, plans, keys)
     if collector is None:
         return await versions.swap(model, version, heads, apply)
     async with collector.exclusive():

@@ -11,16 +11,22 @@ Example::
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import pyarrow as pa
+
 from ..dcb import DcbLog
 from ..errors import SpecError
+from ..eventlog import EventLog
 from ..store import SqlEventStore, Store, require_sql
 from ..topic import Topic
 from ..topicdef import TopicDef
 from .arrow import spark_schema
+from .fold import Recipe, recipe_of, schema_of
 from .jdbc import read_jdbc
+from .keysource import KeySource
 from .segments import export_segments
 
 if TYPE_CHECKING:
@@ -79,6 +85,22 @@ async def log_frame(
     return spark.read.schema(struct).parquet(str(where)).where(f"_offset <= {int(upto)}")
 
 
+def shown(
+    recipe: Recipe, keys: KeySource
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``mapInArrow`` function: batches of a topic's frame with each personal column as
+    text to show (a string as itself, another value as its JSON text, ``"[erased]"``
+    once its subject is forgotten)."""
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        schema = schema_of(recipe)
+        ring = keys.keyring()
+        for batch in batches:
+            yield ring.open_batch(schema, batch)
+
+    return run
+
+
 async def read_log(
     topic: Topic | DcbLog,
     *,
@@ -86,17 +108,29 @@ async def read_log(
     upto: int | None = None,
     source: Source = "auto",
     workdir: str | Path | None = None,
+    opened: bool = False,
 ) -> DataFrame:
     """The log of a built topic (an EventLog, a DCB log) up to ``upto`` (default: its head) as a
     typed DataFrame. Parquet segments are exported incrementally first (only offsets
     not exported before); ``source="jdbc"`` reads PostgreSQL directly. ``time`` and
-    ``timedelta`` fields are int64 microseconds on the Spark side (see ``arrow.py``)."""
+    ``timedelta`` fields are int64 microseconds on the Spark side (see ``arrow.py``).
+
+    Personal fields (``rv.Personal``) hold their sealed text unless ``opened``: then the
+    executors open them (the master key travels with the job, see ``KeySource``) into
+    text to show, ``"[erased]"`` for a forgotten subject. What you write out of an opened
+    frame is a copy of personal data that ``App.forget`` cannot reach.
+
+    Example::
+
+        df = await rv.spark.read_log(customers, opened=True)
+        df.select("customer_id", "name").show()
+    """
     from .session import session
 
     if isinstance(topic, DcbLog):
         topic = topic.topic
     head = await topic.head() if upto is None else upto
-    return await log_frame(
+    df = await log_frame(
         spark or session(),
         topic.store,
         topic.definition,
@@ -104,3 +138,9 @@ async def read_log(
         source=source,
         workdir=Path(workdir) if workdir is not None else None,
     )
+    schema = topic.schema
+    if not opened or not schema.personal:
+        return df
+    spec = topic.spec if isinstance(topic, EventLog) else None
+    recipe = recipe_of(topic.name, schema, spec)
+    return df.mapInArrow(shown(recipe, KeySource.of(topic.store)), df.schema)

@@ -21,7 +21,8 @@ from ..codec import META_NAMES
 from ..collect.component import ReadModel
 from ..store.database import table_name
 from ..store.swap import CatchUp, Spans, SwapWriter
-from .fold import Folder, TopicPlan, decode, schema_of
+from .fold import Folder, TopicPlan, decode, opened_rows, schema_of
+from .keysource import KeySource
 
 _CHUNK = 50_000
 
@@ -43,10 +44,13 @@ def staged_rows(directory: Path) -> Iterator[list[tuple[Any, ...]]]:
             yield list(zip(*cols, strict=True))
 
 
-def catch_up(model: ReadModel[Any], plans: Sequence[TopicPlan]) -> CatchUp:
+def catch_up(
+    model: ReadModel[Any], plans: Sequence[TopicPlan], keys: KeySource | None = None
+) -> CatchUp:
     """The swap's catch-up: apply the events the live collector processed after the
     rebuild's offsets (``spans``: partition -> (after, upto)) to the new table version with
-    the model's handlers, in the collector's order (runs inside the swap transaction)."""
+    the model's handlers, in the collector's order (runs inside the swap transaction;
+    ``keys`` opens personal fields)."""
 
     def run(txn: SwapWriter, spans: Spans) -> int:
         folder = Folder(model)
@@ -58,7 +62,8 @@ def catch_up(model: ReadModel[Any], plans: Sequence[TopicPlan]) -> CatchUp:
             for (topic, part), (after, upto) in sorted(spans.items()):
                 if topic != plan.name:
                     continue
-                for row in txn.events(topic, part, after, upto, names):
+                rows = txn.events(topic, part, after, upto, names)
+                for row in opened_rows(schema, rows, keys):
                     spec = plan.handler(row[5])
                     if spec is None:
                         continue

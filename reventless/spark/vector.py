@@ -4,7 +4,8 @@ Each event contributes, per row column, "set to this value" (latest) or "add thi
 (counter); one ``groupBy(key).agg(...)`` then gives every key's final row: a latest
 column takes the value of the last event (in the fold's order: topic, then offset) that
 sets it, a counter adds its sum to the column's default. No Python runs per event.
-Only columns stored as SQL int, float, bool or text qualify; otherwise the rebuild uses
+Only columns stored as SQL int, float, bool or text qualify, and no personal field
+(``rv.Personal``: sealed in the log, opened only by Python); otherwise the rebuild uses
 the Python path. (Float counters are summed in Spark's order: equal to the live sum up
 to rounding.)
 """
@@ -54,7 +55,9 @@ def compile_upserts(model: ReadModel[Any], plans: Sequence[TopicPlan]) -> Compil
     ):
         return None
     for p, by_type in zip(plans, rules, strict=True):
-        fields = {f.name: f.type for f in schema_of(p.recipe).arrow_schema}
+        schema = schema_of(p.recipe)
+        sealed = {c.name for c in schema.columns if c.personal is not None}
+        fields = {f.name: f.type for f in schema.arrow_schema if f.name not in sealed}
         for r in by_type.values():
             sources = [
                 r.key,
