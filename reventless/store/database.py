@@ -28,7 +28,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreFullError
 from ..urls import redact_url
 
 T = TypeVar("T")
@@ -60,6 +60,37 @@ def _timeout(raw: object, default: float | None) -> float | None:
     return seconds if seconds > 0 else None
 
 
+def _max_pages(raw: object, default: int | None) -> int | None:
+    """The ``max_page_count`` URL option (a positive integer), else ``default``."""
+    if raw is None:
+        return default
+    try:
+        pages = int(str(raw))
+    except ValueError:
+        pages = 0
+    if pages <= 0:
+        raise StoreError(f"max_page_count must be a positive integer, got {raw!r}")
+    return pages
+
+
+#: SQLite's result code of a full disk or a database at ``max_page_count``; PostgreSQL's
+#: SQLSTATE ``disk_full``.
+_SQLITE_FULL = 13
+_PG_DISK_FULL = "53100"
+
+
+def write_error(exc: BaseException) -> StoreError:
+    """The typed error of a failed write (``exc``: the driver's or SQLAlchemy's):
+    ``StoreFullError`` when the disk or SQLite's ``max_page_count`` is full."""
+    orig = getattr(exc, "orig", None) or exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    if (isinstance(code, int) and code & 0xFF == _SQLITE_FULL) or (
+        getattr(orig, "sqlstate", None) == _PG_DISK_FULL
+    ):
+        return StoreFullError(f"store write failed, the store is full: {orig}")
+    return StoreError(f"store write failed: {orig}")
+
+
 def _file_lock(path: str) -> threading.Lock:
     key = os.path.realpath(path)
     with _file_locks_guard:
@@ -81,10 +112,15 @@ class StoreOptions:
     call raises ``StoreError``, so a silent network (a partition, a half-open
     connection) fails the caller instead of hanging it. A transaction that timed out may
     still have committed: retry commands with a ``command_id``. ``None``: no limit.
+    ``max_page_count``: SQLite only, the most pages (4 KiB each by default) the database
+    may hold (``PRAGMA max_page_count`` on every connection): a size cap for a store on a
+    shared disk. A write past it, like one on a full disk, raises ``StoreFullError`` and
+    lands nothing; writes succeed again once pages are freed or the cap is raised.
 
     Example::
 
         rv.App(store="sqlite:///shop.db?synchronous=NORMAL")
+        rv.App(store="sqlite:///shop.db?max_page_count=262144")  # at most 1 GiB
         rv.App(store="postgresql+psycopg://app@db/shop?timeout=10")
     """
 
@@ -93,6 +129,7 @@ class StoreOptions:
     read_threads: int | None = None  # default: 2 for SQLite, 4 for a server
     inline_writes: bool = True
     timeout: float | None = 60.0
+    max_page_count: int | None = None
 
 
 class Deadline:
@@ -163,14 +200,19 @@ class Database:
         if sync not in _SYNC_MODES:
             raise StoreError(f"synchronous must be one of {sorted(_SYNC_MODES)}, got {sync!r}")
         timeout = _timeout(query.pop("timeout", None), opts.timeout)
+        max_pages = _max_pages(query.pop("max_page_count", None), opts.max_page_count)
         backend = parsed.get_backend_name()
         if backend not in ("sqlite", "postgresql"):
             raise StoreError(f"unsupported store URL scheme {parsed.drivername!r}")
+        if backend != "sqlite" and max_pages is not None:
+            raise StoreError("max_page_count is an option of SQLite stores")
         if backend == "postgresql" and timeout is not None:
             query.setdefault("connect_timeout", str(max(2, math.ceil(timeout))))
         self.url = parsed.set(query=query)
         self.options = opts
         self.synchronous = sync
+        #: SQLite's ``PRAGMA max_page_count`` on every connection (None: SQLite's own).
+        self.max_page_count = max_pages
         #: Seconds one PostgreSQL transaction may take (``StoreOptions.timeout``).
         self.timeout = None if backend == "sqlite" else timeout
         self.is_sqlite = backend == "sqlite"
@@ -215,6 +257,8 @@ class Database:
                     cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute(f"PRAGMA synchronous={sync}")
                 cur.execute(f"PRAGMA busy_timeout={int(busy)}")
+                if self.max_page_count is not None:
+                    cur.execute(f"PRAGMA max_page_count={int(self.max_page_count)}")
                 cur.close()
 
             if begin is not None:
@@ -420,11 +464,11 @@ class Database:
             with conn.begin():
                 return fn(conn)
         except sa.exc.OperationalError as exc:
-            raise StoreError(f"store write failed: {exc.orig}") from exc
+            raise write_error(exc) from exc
         except self.operational_errors as exc:  # raised by the DBAPI cursor of a hot path
             if conn is not None and not conn.closed:
                 conn.invalidate()  # the next transaction opens a fresh connection
-            raise StoreError(f"store write failed: {exc}") from exc
+            raise write_error(exc) from exc
         finally:
             if deadline is not None:
                 deadline.disarm()
@@ -462,13 +506,20 @@ class Database:
             cur.execute(self._begin_sql)
             try:
                 out = fn(cur)
+                cur.execute("COMMIT")
             except BaseException:
-                cur.execute("ROLLBACK")
+                # SQLite may have rolled the transaction back itself (a full disk: then a
+                # ROLLBACK would fail and hide the cause), or left it open (a failed
+                # COMMIT): end it if it is open, or the connection's next BEGIN fails
+                if cur.connection.in_transaction:
+                    try:
+                        cur.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        conn.invalidate()  # closing it rolls back; the next write reopens
                 raise
-            cur.execute("COMMIT")
             return out
         except sqlite3.OperationalError as exc:
-            raise StoreError(f"store write failed: {exc}") from exc
+            raise write_error(exc) from exc
         finally:
             if deadline is not None:
                 deadline.disarm()
