@@ -198,7 +198,10 @@ class Relay:
             self._wake.clear()
             ok = await self.publish_pending()
             if loop.time() - last_persist >= self.persist_interval:
-                await self._persist()
+                try:  # lazy: a position not recorded now is recorded next time
+                    await self._persist()
+                except ReventlessError as exc:
+                    log.warning("recording the relay's positions failed (will retry): %s", exc)
                 last_persist = loop.time()
             if not ok:
                 await asyncio.sleep(self.retry_interval)

@@ -568,8 +568,9 @@ class Database:
                     return fn(conn)
             except sa.exc.OperationalError as exc:
                 # A read is safe to repeat once on a fresh connection (server restarted,
-                # connection killed); a second failure is reported.
-                if attempt == 1 and exc.connection_invalidated:
+                # connection killed); a second failure is reported, as is a timeout.
+                timed_out = deadline is not None and deadline.expired
+                if attempt == 1 and exc.connection_invalidated and not timed_out:
                     continue
                 raise StoreError(f"store read failed: {exc.orig}") from exc
             finally:

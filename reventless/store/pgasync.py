@@ -15,6 +15,7 @@ explicit transaction (same savepoint scheme as ``append.Appender``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -82,33 +83,54 @@ class AsyncAppender:
             self._engine = None
 
     async def group(self, reqs: list[AppendRequest]) -> list[AppendResult | Exception]:
-        """Append ``reqs`` atomically; clashes fail only their request."""
-        aconn = await self._connection()
+        """Append ``reqs`` atomically; clashes fail only their request. Bounded by the
+        store's ``timeout`` (``StoreError``: the group may or may not have committed)."""
         try:
-            cur = aconn.cursor()
-            req = reqs[0]
-            if len(reqs) == 1 and guarded(req, info := self.table_of(req.topic)):
-                try:  # a DCB append: its lock keys and condition first (dcb.py)
-                    async with aconn.transaction():
-                        await pg_guard(cur, self.db, info, req)
-                        return [await self._one(cur, req)]
-                except DuplicateCommand:
-                    return [AppendResult(req.topic, 0, -1, duplicate=True)]
-            lone = req.command_id is None and not req.schedules and len(req.rows) <= _CTE_ROWS
-            if len(reqs) == 1 and lone:
-                return [await self._lone(cur, req)]  # one atomic statement
-            if len(reqs) == 1:
-                try:
-                    async with aconn.transaction():
-                        return [await self._one(cur, req)]
-                except DuplicateCommand:
-                    return [AppendResult(req.topic, 0, -1, duplicate=True)]
-            async with aconn.transaction():
-                return await self._many(aconn, cur, reqs)
+            aconn = await self._connection()
+        except sa.exc.OperationalError as exc:  # cannot connect (bounded by connect_timeout)
+            raise StoreError(f"store write failed: {exc.orig}") from exc
+        except self.db.operational_errors as exc:
+            raise StoreError(f"store write failed: {exc}") from exc
+        deadline = self.db.deadline()
+        timer = None
+        if deadline is not None:
+            deadline.arm(aconn.fileno())
+            timer = asyncio.get_running_loop().call_later(deadline.seconds, deadline.expire)
+        try:
+            return await self._group(aconn, reqs)
         except self.db.operational_errors as exc:
             if self._conn is not None:
                 await self._conn.invalidate()
+            if deadline is not None and deadline.expired:
+                raise deadline.error() from exc
             raise StoreError(f"store write failed: {exc}") from exc
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if deadline is not None:
+                deadline.disarm()
+
+    async def _group(self, aconn: Any, reqs: list[AppendRequest]) -> list[AppendResult | Exception]:
+        cur = aconn.cursor()
+        req = reqs[0]
+        if len(reqs) == 1 and guarded(req, info := self.table_of(req.topic)):
+            try:  # a DCB append: its lock keys and condition first (dcb.py)
+                async with aconn.transaction():
+                    await pg_guard(cur, self.db, info, req)
+                    return [await self._one(cur, req)]
+            except DuplicateCommand:
+                return [AppendResult(req.topic, 0, -1, duplicate=True)]
+        lone = req.command_id is None and not req.schedules and len(req.rows) <= _CTE_ROWS
+        if len(reqs) == 1 and lone:
+            return [await self._lone(cur, req)]  # one atomic statement
+        if len(reqs) == 1:
+            try:
+                async with aconn.transaction():
+                    return [await self._one(cur, req)]
+            except DuplicateCommand:
+                return [AppendResult(req.topic, 0, -1, duplicate=True)]
+        async with aconn.transaction():
+            return await self._many(aconn, cur, reqs)
 
     async def _many(
         self, aconn: Any, cur: Any, reqs: list[AppendRequest]

@@ -20,7 +20,7 @@ effect the moment its call returns. Faults, each undone by ``heal()``:
 Example::
 
     with FaultProxy(("127.0.0.1", 5432)) as proxy:
-        url = f"postgresql+psycopg://postgres@127.0.0.1:{proxy.port}/db"
+        url = proxy.route("postgresql+psycopg://postgres@127.0.0.1:5432/db")
         proxy.blackhole()
         ...
         proxy.heal()
@@ -37,6 +37,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 T = TypeVar("T")
 #: ``up``: client to server; ``down``: server to client.
@@ -111,6 +112,13 @@ class FaultProxy:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+    def route(self, url: str) -> str:
+        """``url`` (``postgresql://u@host:5432/db``, ``nats://host:4222``, ``http://...``)
+        with its host and port replaced by the proxy's; user info, path and query kept."""
+        parts = urlsplit(url)
+        userinfo, at, _ = parts.netloc.rpartition("@")
+        return urlunsplit(parts._replace(netloc=f"{userinfo}{at}127.0.0.1:{self.port}"))
 
     @property
     def active(self) -> int:

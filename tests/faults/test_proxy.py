@@ -172,3 +172,11 @@ async def test_half_open_closes_the_server_side_only(proxy: FaultProxy, echo: Ec
     assert await silent(reader)
     writer.close()
     await until(lambda: proxy.active == 0)
+
+
+def test_route_points_a_url_at_the_proxy() -> None:
+    proxy = FaultProxy(("127.0.0.1", 5432), port=6000)
+    assert proxy.route("postgresql+psycopg://u:p@db:5432/x?a=1") == (
+        "postgresql+psycopg://u:p@127.0.0.1:6000/x?a=1"
+    )
+    assert proxy.route("nats://127.0.0.1:4222?prefix=t") == "nats://127.0.0.1:6000?prefix=t"

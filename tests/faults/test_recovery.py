@@ -1,0 +1,154 @@
+"""Focused tests of the fixes the network fault tests led to (``test_network_faults.py``):
+each shows one failure mode on its own, with the smallest setup that has it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+
+import pytest
+
+import reventless as rv
+from reventless.store import StoreOptions
+from reventless.store.database import Database
+from reventless.testing.broker_suite import until
+from tests.faults.proxy import FaultProxy
+from tests.model import Counter, Increment, totals
+
+# -- the store's timeout ------------------------------------------------------------------
+
+
+def test_the_timeout_option_bounds_connecting_too() -> None:
+    db = Database("postgresql+psycopg://u@db/shop?timeout=2.5")
+    assert db.timeout == 2.5
+    assert db.url.query == {"connect_timeout": "3"}  # libpq takes whole seconds
+    assert Database("postgresql+psycopg://u@db/shop").timeout == StoreOptions().timeout
+    kept = Database("postgresql+psycopg://u@db/shop?connect_timeout=7", StoreOptions(timeout=1))
+    assert (kept.timeout, kept.url.query) == (1, {"connect_timeout": "7"})
+    unbounded = Database("postgresql+psycopg://u@db/shop?timeout=0")
+    assert (unbounded.timeout, unbounded.url.query) == (None, {})
+    assert Database("sqlite:///x.db?timeout=5").timeout is None  # a local file: busy_timeout
+    with pytest.raises(rv.StoreError, match="timeout must be a number"):
+        Database("postgresql+psycopg://u@db/shop?timeout=soon")
+
+
+@pytest.mark.postgres
+async def test_a_silent_postgres_fails_reads_and_writes_within_the_timeout(
+    pg_url: str, pg_proxy: FaultProxy
+) -> None:
+    db = Database(pg_proxy.route(pg_url) + "&timeout=1")
+    await db.open()
+    try:
+
+        def one(conn: object) -> int:
+            return 1
+
+        assert await db.read(one) == await db.write(one) == 1
+        pg_proxy.blackhole()  # the connections stay open; nothing answers
+        for call in (db.read, db.write):
+            started = time.monotonic()
+            with pytest.raises(rv.StoreError, match="did not answer within 1 s"):
+                await call(lambda c: c.exec_driver_sql("SELECT 1").scalar())
+            assert time.monotonic() - started < 1.9
+        pg_proxy.heal()
+        assert await db.read(lambda c: c.exec_driver_sql("SELECT 2").scalar()) == 2
+        assert await db.write(lambda c: c.exec_driver_sql("SELECT 3").scalar()) == 3
+    finally:
+        await db.close()
+
+
+@pytest.mark.postgres
+async def test_a_silent_postgres_fails_appends_within_the_timeout(
+    pg_url: str, pg_proxy: FaultProxy
+) -> None:
+    app = rv.App(store=pg_proxy.route(pg_url) + "&timeout=1")
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("a", Increment())  # loaded: the next call only appends
+        pg_proxy.half_open()  # PostgreSQL forgot the connection; the App's socket hangs
+        started = time.monotonic()
+        with pytest.raises(rv.StoreError, match="did not answer within 1 s"):
+            await log.execute("a", Increment(), command_id="second")
+        assert time.monotonic() - started < 1.9
+        # Each connection the App holds finds out the same way (within the timeout), then
+        # a new one works: the caller retries with the command's id.
+        for _ in range(8):
+            try:
+                again = await log.execute("a", Increment(), command_id="second")
+                break
+            except rv.StoreError:
+                continue
+        else:
+            pytest.fail("the store did not come back")
+        log.forget()
+        assert (await log.load("a")).value == again.version == 2  # landed once
+
+
+@pytest.mark.postgres
+async def test_an_unreachable_postgres_is_a_store_error(pg_url: str, pg_proxy: FaultProxy) -> None:
+    app = rv.App(store=pg_proxy.route(pg_url))
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("a", Increment())
+        pg_proxy.reset()
+        pg_proxy.refuse()
+        for _ in range(2):  # the connection is found dead, then a new one is refused
+            with pytest.raises(rv.StoreError):  # not the driver's error
+                await log.execute("a", Increment())
+        pg_proxy.heal()
+        await log.execute("a", Increment())
+
+
+# -- the store's append queue -------------------------------------------------------------
+
+
+@pytest.mark.postgres
+async def test_a_caller_that_gives_up_does_not_strand_the_others(
+    pg_url: str, pg_proxy: FaultProxy
+) -> None:
+    """A caller cancelled (a request timeout) while its append is in flight: the append
+    lands anyway, and the callers that shared its group commit get their answers."""
+    app = rv.App(store=pg_proxy.route(pg_url))
+    log = app.event_log(Counter)
+    async with app:
+        ids = [f"c-{i}" for i in range(20)]
+        await log.execute_many([(i, Increment()) for i in ids])  # loaded: calls only append
+        pg_proxy.delay(0.3)
+        sent = pg_proxy.forwarded["up"]
+        calls = [asyncio.create_task(log.execute(i, Increment())) for i in ids]
+        await until(lambda: pg_proxy.forwarded["up"] > sent)  # the group is at the server
+        calls[3].cancel()  # its answer is 0.3 s away
+        outcomes = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 10)
+        assert isinstance(outcomes[3], asyncio.CancelledError)
+        assert all(isinstance(o, rv.ExecuteResult) for i, o in enumerate(outcomes) if i != 3)
+        pg_proxy.heal()
+        assert await log.head() == 40  # the cancelled caller's append landed too
+
+
+# -- the relay ----------------------------------------------------------------------------
+
+
+async def test_the_relay_outlives_a_store_error_recording_its_position(file_url: str) -> None:
+    app = rv.App(store=file_url, broker="memory://")
+    log = app.event_log(Counter)
+    app.collect(totals)  # a subscriber: the relay publishes
+    async with app:
+        positions = app.store.relay_positions
+        record = positions.advance
+        failures = 0
+
+        async def advance(moved: Mapping[str, int]) -> None:
+            nonlocal failures
+            if failures == 0:
+                failures += 1
+                raise rv.StoreError("the store went away")
+            await record(moved)
+
+        positions.advance = advance  # type: ignore[method-assign]
+        await log.execute("a", Increment())
+        await until(lambda: failures == 1)  # the relay's position write failed once
+        await log.execute("a", Increment())
+        relay = app.relay
+        assert relay is not None
+        await until(lambda: relay.published["Counter"] == 2)  # still publishing
