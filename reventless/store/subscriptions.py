@@ -41,6 +41,7 @@ from ..errors import (
 from ..ids import now_us
 from . import fairshare
 from . import subscription_tables as tables
+from . import tables as store_tables
 from .append import NOTIFY_CHANNEL
 from .catalog import (
     EventFilter,
@@ -244,7 +245,13 @@ class SqlSubscriptionStore:
         self.db = db
 
     async def create_tables(self) -> None:
-        await self.db.write(lambda conn: self.db.create_sync(conn, tables.metadata))
+        # the store's own tables too: a gateway may open a store no App has built yet
+        # (its topic list is then empty, not an error)
+        def create(conn: Connection) -> None:
+            self.db.create_sync(conn, store_tables.metadata)
+            self.db.create_sync(conn, tables.metadata)
+
+        await self.db.write(create)
 
     async def topics(self) -> dict[str, StoredTopic]:
         return await self.db.read(load_topics_sync)
