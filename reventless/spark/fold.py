@@ -173,7 +173,7 @@ def decode(schema: TopicSchema, topic: str, row: tuple[Any, ...]) -> Envelope[An
         ) from exc
 
 
-def personal(plans: Sequence[TopicPlan]) -> bool:
+def has_personal(plans: Sequence[TopicPlan]) -> bool:
     """Whether any topic of ``plans`` has personal columns (sealed text to open)."""
     return any(schema_of(p.recipe).personal for p in plans)
 

@@ -33,8 +33,8 @@ from .fold import (
     RebuildError,
     TopicPlan,
     fold_partition,
+    has_personal,
     output_schema,
-    personal,
     recipe_of,
     schema_of,
 )
@@ -284,7 +284,7 @@ async def rebuild(
     store, owned = await _open_store(app, names)
     keys: KeySource | None = None
     try:
-        if personal(plans):  # executors (and the swap's catch-up) open them
+        if has_personal(plans):  # executors (and the swap's catch-up) open them
             keys = KeySource.of(store)
         spark = spark or session(master)
         work = Path(workdir) if workdir is not None else default_workdir()

@@ -8,6 +8,7 @@ pass only if the key travels with the job (the executors' environment lacks it).
 from __future__ import annotations
 
 import asyncio
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ import pyarrow.dataset as ds
 import pytest
 
 import reventless as rv
+from reventless.errors import KeyringError
 from reventless.spark import read_log, rebuild
+from reventless.spark.keysource import KeySource
 from reventless.store.keys import MasterKey, is_sealed
 from tests.spark.personalmodel import (
     MODELS,
@@ -50,6 +53,8 @@ async def test_rebuild_equals_live_then_erases_only_the_forgotten(
             report = await rebuild(model, app, spark=spark, workdir=tmp_path / "w")
             assert await views[model.name].all() == live[model.name], model.name
             assert report.path == "python"  # column upserts of a personal field, too
+        with pytest.raises(rv.SpecError, match="not personal"):  # no SQL can open them
+            await rebuild(latest, app, spark=spark, fast=True)
         segments = ds.dataset(str(tmp_path / "w" / "segments"), format="parquet")
         stored = segments.to_table(columns=["name"]).column("name").to_pylist()
         assert len(stored) == 5 and all(is_sealed(v) for v in stored)  # Spark read them sealed
@@ -132,3 +137,23 @@ async def test_read_log_is_sealed_unless_opened(spark: Any, tmp_path: Path) -> N
         (4, "ADA LOVELACE", None, None),
         (5, "[erased]", None, None),
     ]
+
+
+async def test_the_key_source_pickles_and_hides_its_secrets(tmp_path: Path) -> None:
+    app = rv.App(store=f"sqlite:///{tmp_path / 's.db'}")
+    app.event_log(Customer)
+    async with app:
+        keys = KeySource.of(app.store)
+    assert pickle.loads(pickle.dumps(keys)) == keys
+    master = MasterKey.parse(keys.master)
+    assert keys.master not in repr(keys) and master.text == keys.master
+    assert KeySource.of(app.store).job != keys.job  # each job caches keys of its own
+
+
+async def test_an_in_memory_store_cannot_hand_keys_to_executors(spark: Any) -> None:
+    app = rv.App(store="sqlite://")
+    app.event_log(Customer)
+    app.collect(cards)
+    async with app:
+        with pytest.raises(KeyringError, match="in-memory SQLite"):
+            await rebuild(cards, app, spark=spark)
