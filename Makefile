@@ -66,6 +66,8 @@ ifeq ($(QUICK),1)
 	$(BIN)/python -m bench.gateway --quick --postgres --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.dcb --quick --postgres --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.schedules --quick --postgres --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
+	$(BIN)/python -m bench.compression --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
+	$(BIN)/python -m bench.personal --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	@echo "quick bench report: $(BENCH_QUICK_DIR)/BENCHMARKS.md"
 else
 	$(BIN)/python -m bench --store all --out BENCHMARKS.md $(BENCH_ARGS)
@@ -77,6 +79,8 @@ else
 	$(BIN)/python -m bench.gateway --postgres --out BENCHMARKS.md
 	$(BIN)/python -m bench.dcb --postgres --out BENCHMARKS.md
 	$(BIN)/python -m bench.schedules --postgres --out BENCHMARKS.md
+	$(BIN)/python -m bench.compression --out BENCHMARKS.md
+	$(BIN)/python -m bench.personal --out BENCHMARKS.md
 endif
 
 clean:
