@@ -37,7 +37,7 @@ from .append import (
     lock_order,
     place,
 )
-from .database import Database
+from .database import Database, write_error
 from .dcb import guarded, pg_guard
 from .schedules import write_statements
 
@@ -103,7 +103,7 @@ class AsyncAppender:
                 await self._conn.invalidate()
             if deadline is not None and deadline.expired:
                 raise deadline.error() from exc
-            raise StoreError(f"store write failed: {exc}") from exc
+            raise write_error(exc) from exc  # StoreFullError on a full disk
         finally:
             if timer is not None:
                 timer.cancel()

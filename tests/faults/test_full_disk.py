@@ -1,4 +1,4 @@
-"""A full disk under a SQLite store (issue 19, B4).
+"""A full disk under a SQLite store, and under PostgreSQL tables (issue 19, B4).
 
 Commands fill the store until one fails. Then:
 
@@ -21,7 +21,10 @@ Two ways to fill the disk:
   the WAL's appends fail with ENOSPC. Mounting needs a privilege that most machines and CI
   containers do not grant; where it is refused this variant is skipped, because the
   ``max_page_count`` variant has already proven the same path (SQLite reports both as
-  SQLITE_FULL). Space comes back when a filler file on the tmpfs is deleted.
+  SQLITE_FULL). Space comes back when a filler file on the tmpfs is deleted. With the
+  same privilege, a private PostgreSQL server keeps the store's tables in a tablespace on
+  such a tmpfs: a table that cannot grow fails its transaction (SQLSTATE disk_full),
+  which reaches the caller as the same ``StoreFullError``.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pwd
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,6 +48,7 @@ from pydantic import BaseModel
 import reventless as rv
 from reventless.store.database import Database
 from tests.faults import store_audit as audit
+from tests.pg_private import PrivatePostgres, private_pg  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -126,6 +132,9 @@ def stored_balances(url: str) -> dict[str, tuple[int, int]]:
 
 
 def integrity(url: str) -> list[tuple[object, ...]]:
+    """SQLite's ``integrity_check`` (PostgreSQL: the log and read model checks only)."""
+    if not url.startswith("sqlite"):
+        return [("ok",)]
     return audit.query(url, "PRAGMA integrity_check")
 
 
@@ -342,39 +351,83 @@ def test_max_page_count_is_a_checked_sqlite_option() -> None:
 
 # -- a real full file system: where mounting a tmpfs is permitted ---------------------------
 
+Mount = Callable[[str | None], Path]
+
 
 @pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 6 MiB tmpfs mounted on a fresh directory. Skipped where mounting is refused (an
-    unprivileged user, a container without CAP_SYS_ADMIN), even under CI: the
-    ``max_page_count`` test covers the same path everywhere (see the module docstring)."""
-    mount = shutil.which("mount")
-    point = tmp_path / f"tmpfs-{uuid.uuid4().hex[:6]}"
-    point.mkdir()
-    if mount is None or os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (the max_page_count test covers this)")
-    got = subprocess.run(
-        [mount, "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs", str(point)],
-        capture_output=True,
-        text=True,
-    )
-    if got.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here: {got.stderr.strip()}")
-    try:
-        yield point
-    finally:
+def tmpfs() -> Iterator[Mount]:
+    """Mounts a 6 MiB tmpfs on a fresh directory (owned by the named OS user, if given).
+    Skipped where mounting is refused (an unprivileged user, a container without
+    CAP_SYS_ADMIN), even under CI: the ``max_page_count`` test covers the same path
+    everywhere (see the module docstring)."""
+    mounted: list[Path] = []
+
+    def mount(owner: str | None = None) -> Path:
+        binary = shutil.which("mount")
+        if binary is None or os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root (the max_page_count test covers this)")
+        # not under pytest's tmp_path, which other users (a database server) cannot reach
+        point = Path(tempfile.mkdtemp(prefix="rv-tmpfs-"))
+        opts = "size=6m,mode=0700"
+        if owner is not None:
+            user = pwd.getpwnam(owner)
+            opts += f",uid={user.pw_uid},gid={user.pw_gid}"
+        got = subprocess.run(
+            [binary, "-t", "tmpfs", "-o", opts, "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
+        if got.returncode != 0:
+            point.rmdir()
+            pytest.skip(f"mounting a tmpfs is not permitted here: {got.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
         done = subprocess.run(["umount", str(point)], capture_output=True)
         if done.returncode != 0:  # a file still open: detach now, freed when closed
             subprocess.run(["umount", "-l", str(point)], capture_output=True)
+        shutil.rmtree(point, ignore_errors=True)
+
+
+def filler(directory: Path) -> Callable[[], None]:
+    """A 1.5 MiB file taking space on ``directory``'s file system; returns its deletion."""
+    path = directory / "filler"
+    path.write_bytes(b"\0" * (1536 * 1024))
+    return path.unlink
 
 
 async def test_full_tmpfs_fails_typed_and_recovers(
-    tmpfs: Path, caplog: pytest.LogCaptureFixture
+    tmpfs: Mount, caplog: pytest.LogCaptureFixture
 ) -> None:
-    filler = tmpfs / "filler"
-    filler.write_bytes(b"\0" * (1536 * 1024))
+    disk = tmpfs(None)
+    free_space = filler(disk)
+    await fill_and_recover(f"sqlite:///{disk / 'store.db'}", free_space, caplog)
 
-    def free_space() -> None:
-        filler.unlink()
 
-    await fill_and_recover(f"sqlite:///{tmpfs / 'store.db'}", free_space, caplog)
+@pytest.mark.postgres
+async def test_postgres_full_tablespace_fails_typed_and_recovers(
+    tmpfs: Mount,
+    private_pg: PrivatePostgres,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The same on PostgreSQL: the store's tables live in a tablespace on the tmpfs (the
+    server's WAL does not: PostgreSQL stops when it cannot write WAL, while a table that
+    cannot grow only fails its transaction, SQLSTATE disk_full)."""
+    import psycopg
+
+    disk = tmpfs(private_pg.run_as)
+    space = f"rv_small_{uuid.uuid4().hex[:8]}"
+    url = await asyncio.to_thread(private_pg.create_database, "rv_full")
+    database = url.rsplit("/", 1)[1]
+    with psycopg.connect(private_pg.admin_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLESPACE {space} LOCATION '{disk}'")
+    try:
+        free_space = filler(disk)
+        store_url = f"{url}?options=-cdefault_tablespace%3D{space}"
+        await fill_and_recover(store_url, free_space, caplog)
+    finally:
+        with psycopg.connect(private_pg.admin_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            conn.execute(f"DROP TABLESPACE IF EXISTS {space}")
