@@ -181,6 +181,7 @@ async def cmd_tail(a: argparse.Namespace) -> int:
         if a.follow:
             return await _follow(admin, a.topic, a.from_offset)
         schema, rows = await admin.tail(a.topic, a.from_offset or 1, a.limit or 20)
+        rows = await admin.shown(schema, rows)
     _print_rows(schema, rows)
     return 0
 
@@ -212,6 +213,7 @@ async def _follow(admin: StoreAdmin, topic: str, from_offset: int | None) -> int
         while True:
             seen = admin.changes  # before the read: a commit during it is not slept through
             schema, rows = await admin.tail(topic, offset, FOLLOW_PAGE)
+            rows = await admin.shown(schema, rows)
             if rows:
                 _print_rows(schema, rows)
                 offset = int(rows[-1][schema.names.index("_offset")]) + 1

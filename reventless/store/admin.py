@@ -29,6 +29,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..codec import META_FIELDS, TopicSchema
 from ..errors import StoreError
 from .collector import CollectorStore, SqlCollectorStore
 from .database import Database
@@ -80,6 +81,10 @@ class StoreAdmin(Protocol):
 
     async def overview(self) -> StoreOverview:
         """Topics with their heads, and collectors with their checkpoints and lag."""
+        ...
+
+    async def shown(self, schema: pa.Schema, rows: list[Row]) -> list[Row]:
+        """``rows`` with personal fields opened where a master key is configured."""
         ...
 
     async def tail(self, topic: str, from_offset: int, limit: int) -> tuple[pa.Schema, list[Row]]:
@@ -221,6 +226,14 @@ class SqlStoreAdmin:
         cols = ", ".join(f'"{n}"' for n in schema.names)
         return f'SELECT {cols} FROM "{table}" WHERE _offset >= {int(from_offset)} ORDER BY _offset'
 
+    async def shown(self, schema: pa.Schema, rows: list[Row]) -> list[Row]:
+        """``rows`` (of ``tail``) with personal fields opened as text when a master key is
+        configured (``"[erased]"`` once forgotten); without one they stay sealed."""
+        fields = TopicSchema.from_arrow("tail", pa.schema(list(schema)[len(META_FIELDS) :]))
+        if not fields.personal or not rows or not _master_key_set():
+            return rows
+        return await self._events.keyring.shown_rows(fields, rows)
+
     async def tail(self, topic: str, from_offset: int, limit: int) -> tuple[pa.Schema, list[Row]]:
         def work(conn: Connection) -> tuple[pa.Schema, list[Row]]:
             table, schema = self._schema_sync(conn, topic)
@@ -251,3 +264,9 @@ class SqlStoreAdmin:
     async def components(self) -> list[str]:
         sql = "SELECT DISTINCT component FROM rv_checkpoints ORDER BY component"
         return await self.db.read(lambda c: [str(r[0]) for r in c.exec_driver_sql(sql).all()])
+
+
+def _master_key_set() -> bool:
+    return bool(
+        os.environ.get("REVENTLESS_MASTER_KEY") or os.environ.get("REVENTLESS_MASTER_KEY_FILE")
+    )

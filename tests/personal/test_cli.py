@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,32 @@ def test_master_key_prints_a_new_key() -> None:
     second = reventless("master-key", cwd=ROOT)
     assert first.returncode == 0 and first.stdout != second.stdout
     assert len(MasterKey.parse(first.stdout).key) == 32
+
+
+async def test_tail_opens_personal_fields_with_the_master_key(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'shop.db'}"
+    app, customers = app_of(url)
+    async with app:
+        await register_two(customers)
+        await app.forget("c-2")
+    shown = reventless("tail", "Customer", "--store", url, cwd=ROOT)
+    assert shown.returncode == 0, shown.stderr
+    lines = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [x["data"].get("name") for x in lines] == [ADA, None, "[erased]"]
+
+
+def test_tail_without_the_master_key_shows_sealed_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'shop.db'}"
+
+    async def write() -> None:
+        app, customers = app_of(url)
+        async with app:
+            await register_two(customers)
+
+    asyncio.run(write())
+    monkeypatch.delenv("REVENTLESS_MASTER_KEY")
+    shown = reventless("tail", "Customer", "--store", url, cwd=ROOT)
+    assert shown.returncode == 0 and ADA not in shown.stdout
+    assert json.loads(shown.stdout.splitlines()[0])["data"]["name"].startswith("rv1:")
