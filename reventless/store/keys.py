@@ -8,7 +8,7 @@ reaches the database: it comes from ``REVENTLESS_MASTER_KEY`` (URL-safe base64 o
 bytes) or the file named by ``REVENTLESS_MASTER_KEY_FILE``. Another key store (a KMS)
 plugs in through the ``KeyStore`` Protocol.
 
-A sealed value is text: ``rv1:<key id>:<base64url(nonce | AES-GCM ciphertext)>``, with
+A sealed value is text: ``rv1:<key id>:<base64(nonce | AES-GCM ciphertext)>``, with
 the key id as associated data. The plaintext is the value's JSON text. Destroying a
 subject's key (``forget``) makes every value sealed with it unreadable for good:
 readers get the ``ERASED`` placeholder (crypto-shredding). SQLite deletes the key row
@@ -58,6 +58,7 @@ __all__ = [
 
 #: The prefix of sealed text (format version 1).
 SEALED_PREFIX = "rv1:"
+_AT = len(SEALED_PREFIX)
 _NONCE = 12
 
 keys_table = sa.Table(
@@ -445,11 +446,12 @@ class Keyring:
             return None
         assert isinstance(value, str)
         try:
-            _, key_id, body = value.split(":", 2)
+            cut = value.index(":", _AT)
+            key_id = value[_AT:cut]
             cipher = (ciphers or {}).get(key_id) or self._cipher(key_id)
             if cipher is None:
                 return None
-            raw = base64.urlsafe_b64decode(body.encode() + b"==")
+            raw = binascii.a2b_base64(value[cut + 1 :])
             return cipher.decrypt(raw[:_NONCE], raw[_NONCE:], key_id.encode()).decode()
         except (ValueError, binascii.Error, InvalidTag):
             return None  # damaged or foreign text reads as erased, never as a failure
@@ -499,7 +501,7 @@ class Keyring:
 
 
 def _key_id(sealed: str) -> str:
-    return sealed[len(SEALED_PREFIX) :].split(":", 1)[0]
+    return sealed[_AT : sealed.find(":", _AT)]
 
 
 def _checkpoint(path: str) -> None:
@@ -534,7 +536,7 @@ def _subject(row: Sequence[Any], subject_at: int, schema: TopicSchema, at: int) 
 def _seal(key_id: str, cipher: AESGCM, text: str) -> str:
     nonce = os.urandom(_NONCE)
     body = nonce + cipher.encrypt(nonce, text.encode(), key_id.encode())
-    return f"{SEALED_PREFIX}{key_id}:{base64.urlsafe_b64encode(body).rstrip(b'=').decode()}"
+    return f"{SEALED_PREFIX}{key_id}:{binascii.b2a_base64(body, newline=False).decode()}"
 
 
 def _shown(text: str | None) -> str:
