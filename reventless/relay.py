@@ -249,7 +249,10 @@ class Relay:
 
     async def _publish_topic(self, name: str, topic: TopicDef) -> None:
         buf = self._buffer[name]
-        while self.published[name] < self._known[name]:
+        # Up to what is known now: a topic committed to without pause (each publish a
+        # round trip) would otherwise keep the relay from the other topics for good.
+        target = self._known[name]
+        while self.published[name] < target:
             done = self.published[name]
             while buf and buf[0][OFFSET_AT] <= done:
                 buf.popleft()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 
 import pytest
 
@@ -15,6 +16,8 @@ from reventless.store.database import Database
 from reventless.testing.broker_suite import until
 from tests.faults.proxy import FaultProxy
 from tests.model import Counter, Increment, totals
+from tests.moto_server import MotoServer, aws_url
+from tests.nats_server import NatsServer
 
 # -- the store's timeout ------------------------------------------------------------------
 
@@ -152,3 +155,133 @@ async def test_the_relay_outlives_a_store_error_recording_its_position(file_url:
         relay = app.relay
         assert relay is not None
         await until(lambda: relay.published["Counter"] == 2)  # still publishing
+
+
+class SlowBroker(rv.InMemoryBroker):
+    """An in-memory broker with a round trip per publish (a broker far away) and a
+    consumer of every topic."""
+
+    def has_subscribers(self, topic: str) -> bool:
+        return True
+
+    async def publish(self, messages: Sequence[rv.Message]) -> None:
+        await asyncio.sleep(0.01)
+        await super().publish(messages)
+
+
+class Noted(rv.Event):
+    pass
+
+
+class Note(rv.Command):
+    pass
+
+
+class Notebook(rv.Aggregate):
+    events = Noted
+
+    @rv.handles(Note)
+    def note(self, cmd: Note) -> Noted:
+        return Noted()
+
+    @rv.applies(Noted)
+    def _noted(self, e: Noted) -> None:
+        pass
+
+
+async def test_a_busy_topic_does_not_starve_the_relay_of_the_others(file_url: str) -> None:
+    app = rv.App(store=file_url, broker=SlowBroker())
+    busy, quiet = app.event_log(Counter), app.event_log(Notebook)
+    stop = asyncio.Event()
+
+    async def write() -> None:  # commits faster than a publish round trip
+        while not stop.is_set():
+            await busy.execute("a", Increment())
+
+    async with app:
+        relay = app.relay
+        assert relay is not None
+        writer = asyncio.create_task(write())
+        await until(lambda: relay.published["Counter"] > 0)
+        await quiet.execute("n", Note())
+        try:
+            await until(lambda: relay.published["Notebook"] == 1)  # while Counter is busy
+        finally:
+            stop.set()
+            await writer
+
+
+# -- the brokers --------------------------------------------------------------------------
+
+
+async def publish_until_taken(broker: rv.Broker, message: rv.Message, timeout: float) -> None:
+    """The relay's way: publish again until the broker takes the message."""
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                await broker.publish([message])
+                return
+            except rv.BrokerError:
+                continue
+
+
+def note(i: int) -> rv.Message:
+    return rv.Message(topic="r", data=b"%d" % i, msg_id=f"r-{i}", key="0")
+
+
+@pytest.mark.nats
+async def test_a_half_open_nats_connection_is_replaced(nats_server: NatsServer) -> None:
+    """The server forgot the connection, the client's socket stays open: the client's
+    PINGs (``ping_interval``) find it stale and it reconnects; publishes and the fetch
+    loop carry on. nats-py's default would notice after about 6 minutes."""
+    from reventless_nats import JetStreamBroker
+
+    with FaultProxy(("127.0.0.1", nats_server.port)) as proxy:
+        broker = JetStreamBroker.from_url(
+            f"{proxy.route(nats_server.url)}?prefix=t{uuid.uuid4().hex[:10]}&ping_interval=0.2"
+            "&publish_timeout=0.5&reconnect_wait=0.1&fetch_wait=0.3"
+        )
+        await broker.connect()
+        got: list[bytes] = []
+
+        async def handle(msgs: Sequence[rv.Message]) -> None:
+            got.extend(m.data for m in msgs)
+
+        try:
+            await broker.subscribe("g", ["r"], handle)
+            await broker.publish([note(0)])
+            await until(lambda: got == [b"0"])
+            proxy.half_open()
+            await publish_until_taken(broker, note(1), timeout=10)
+            await until(lambda: got == [b"0", b"1"])
+        finally:
+            await broker.close()
+
+
+@pytest.mark.slow
+@pytest.mark.aws
+async def test_a_silent_sns_endpoint_fails_a_publish_within_its_timeouts(
+    moto_server: MotoServer,
+) -> None:
+    """Nothing answers: each of the SDK's 3 attempts gives up after ``wait`` plus
+    ``timeout`` seconds and the publish fails with ``BrokerError`` (the relay retries it);
+    before, each attempt waited ``wait`` + 15 s (here: 15 s)."""
+    from reventless_aws import SnsSqsBroker
+
+    with FaultProxy(("127.0.0.1", moto_server.port)) as proxy:
+        url = aws_url(moto_server, endpoint=proxy.route(moto_server.endpoint), wait=0, timeout=0.5)
+        broker = SnsSqsBroker.from_url(url)
+        await broker.connect()
+        try:
+            await broker.declare("r")
+            await broker.publish([note(0)])
+            proxy.blackhole()
+            started = time.monotonic()
+            with pytest.raises(rv.BrokerError):
+                await broker.publish([note(1)])
+            # 3 attempts of 0.5 s and the SDK's backoff; one attempt used to take 15 s
+            assert time.monotonic() - started < 10
+            proxy.heal()
+            await publish_until_taken(broker, note(1), timeout=10)
+        finally:
+            await broker.close()

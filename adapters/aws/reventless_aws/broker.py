@@ -123,8 +123,8 @@ class SnsSqsBroker(QueueOps):
                 "region_name": o.region,
                 "config": AioConfig(
                     retries={"max_attempts": 3, "mode": "standard"},
-                    connect_timeout=5,
-                    read_timeout=o.wait + 15,
+                    connect_timeout=min(5.0, o.timeout),
+                    read_timeout=o.wait + o.timeout,
                     max_pool_connections=50,
                 ),
             }

@@ -89,6 +89,11 @@ class SnsSqsOptions:
     wait: int = 10
     #: Messages per ReceiveMessage (1..10).
     batch: int = 10
+    #: Seconds a call may go unanswered beyond its long poll (``wait``) before the SDK
+    #: gives up on the connection and retries (3 attempts); connecting takes at most
+    #: this long too (5 s at most). Bounds how long a silent network or a half-open
+    #: connection stalls publishes and receives.
+    timeout: float = 15.0
     #: Seconds before a failed message is received again (doubles per receive).
     backoff: int = 1
     #: Upper bound of that delay (seconds).
@@ -151,6 +156,8 @@ class SnsSqsOptions:
             problems.append("wait must be 0..20 seconds (SQS long polling)")
         if not 1 <= self.batch <= 10:
             problems.append("batch must be 1..10 (SQS ReceiveMessage)")
+        if self.timeout <= 0:
+            problems.append("timeout must be > 0")
         if not 0 <= self.backoff <= self.max_backoff <= 43200:
             problems.append("backoff must be 0..max_backoff, max_backoff at most 43200")
         if self.dedup_window < 0:

@@ -144,6 +144,8 @@ class JetStreamBroker:
                         max_reconnect_attempts=max(1, o.connect_retries),
                         reconnect_time_wait=o.reconnect_wait,  # type: ignore[arg-type]
                         connect_timeout=o.connect_timeout,  # type: ignore[arg-type]
+                        ping_interval=o.ping_interval,  # type: ignore[arg-type]
+                        max_outstanding_pings=o.max_pings_out,
                         error_cb=self._on_error,
                         disconnected_cb=self._on_disconnected,
                         reconnected_cb=self._on_reconnected,

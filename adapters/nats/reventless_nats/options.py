@@ -87,6 +87,12 @@ class NatsOptions:
     connect_retries: int = 3
     #: Seconds per TCP connect attempt.
     connect_timeout: float = 2.0
+    #: Seconds between the client's PINGs. With ``max_pings_out`` of them unanswered the
+    #: connection is stale and replaced: a half-open connection or a silent network
+    #: stops publishes and fetches for at most about ``(max_pings_out + 1) *
+    #: ping_interval`` (nats-py's own default is 2 minutes).
+    ping_interval: float = 20.0
+    max_pings_out: int = 2
     #: Connection name (shown by the server's monitoring).
     name: str = "reventless"
     #: ``user:password`` or a ``token`` from the URL's userinfo (``nats://u:p@host``,
@@ -172,9 +178,18 @@ class NatsOptions:
                 problems.append(f"{name} must be >= 1")
         if self.max_deliver == 0 or self.max_deliver < -1:
             problems.append("max_deliver must be >= 1 (or -1: unlimited)")
-        for name in ("dedup_window", "ack_wait", "fetch_wait", "publish_timeout", "backoff"):
+        for name in (
+            "dedup_window",
+            "ack_wait",
+            "fetch_wait",
+            "publish_timeout",
+            "backoff",
+            "ping_interval",
+        ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0")
+        if self.max_pings_out < 1:
+            problems.append("max_pings_out must be >= 1")
         if self.max_age < 0:
             problems.append("max_age must be >= 0 (0: keep forever)")
         if self.max_age and self.dedup_window > self.max_age:
