@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import replace
@@ -55,6 +56,10 @@ _RESERVED = (MSG_ID, KEY, _EXPECTED_STREAM)
 #: Bytes of ``max_payload`` kept for headers (ids, offsets, the event types).
 _HEADER_ROOM = 8192
 _STREAM_NAME_IN_USE = 10058
+_STREAM_NOT_FOUND = 10059
+#: Seconds to wait for the meta leader to list streams or consumers (it answers from
+#: memory; no answer in time means none is there now, e.g. while one is elected).
+_PROBE_TIMEOUT = 1.0
 _CONSUMER_ALREADY_EXISTS = (10013, 10105, 10148)
 
 
@@ -94,7 +99,12 @@ class JetStreamBroker:
         self._created: set[str] = set()  # streams this broker made
         self._pumps: dict[tuple[str, str, int | None], Pump] = {}
         self._session = PumpSession(
-            self.options, self._prepare, self._declared.discard, self._to_message, self._drop_pump
+            self.options,
+            self._prepare,
+            self._declared.discard,
+            self._to_message,
+            self._drop_pump,
+            self._consumer_exists,
         )
         self._last_error = ""
         #: Messages the server stored / dropped as duplicates / skipped as too large.
@@ -398,7 +408,14 @@ class JetStreamBroker:
         except (nats.errors.Error, OSError, TimeoutError) as exc:
             for fut in futures:
                 fut.cancel()  # frees its slot in the client's pending window
-            if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.js.errors.APIError):
+            if isinstance(exc, nats.js.errors.NoStreamResponseError):
+                # No stream answered: one that is gone is declared again next time; one
+                # with no leader yet (a cluster electing one after a node failed) is not,
+                # as its stream info would only wait out the API timeout on every retry.
+                for topic in dict.fromkeys(m.topic for m in messages):
+                    if await self._stream_exists(topic) is False:
+                        self._declared.discard(topic)
+            elif isinstance(exc, nats.js.errors.APIError):
                 self._declared.clear()  # the stream may be gone: declare again next time
             raise BrokerError(f"NATS publish failed: {exc!r}") from exc
         for ack in acks:
@@ -481,6 +498,44 @@ class JetStreamBroker:
         for name in _RESERVED:
             headers.pop(name, None)
         return Message(topic=topic, data=raw.data, msg_id=msg_id, headers=headers, key=key)
+
+    # -- existence probes -------------------------------------------------------------------
+
+    async def _stream_exists(self, topic: str) -> bool | None:
+        """Whether ``topic``'s stream exists, as the meta leader lists it (None: no answer).
+
+        A clustered stream without a leader answers neither publishes nor its stream info,
+        but is still listed."""
+        o = self.options
+        body = json.dumps({"subject": o.subjects(topic, 0)}).encode()
+        names = await self._names("$JS.API.STREAM.NAMES", body, "streams")
+        return None if names is None else o.stream_name(topic) in names
+
+    async def _consumer_exists(self, group: str, topic: str, part: int | None) -> bool | None:
+        """The ``PumpSession.exists`` of this broker's pumps: whether the durable consumer
+        of (group, topic, part) exists, as the meta leader lists it (None: no answer)."""
+        o = self.options
+        names = await self._names(
+            f"$JS.API.CONSUMER.NAMES.{o.stream_name(topic)}", b"", "consumers"
+        )
+        return None if names is None else o.durable_name(group, part) in names
+
+    async def _names(self, subject: str, body: bytes, key: str) -> list[str] | None:
+        """The names a JetStream API listing returns; ``[]`` if its stream is not found;
+        None without an answer in ``_PROBE_TIMEOUT``, or if one page cannot tell."""
+        nc = self._nc
+        if nc is None or nc.is_closed:
+            return None
+        try:
+            resp = json.loads((await nc.request(subject, body, timeout=_PROBE_TIMEOUT)).data)
+        except Exception as exc:  # any failure of a probe is "no answer"
+            log.debug("no answer from %s: %r", subject, exc)
+            return None
+        error = resp.get("error")
+        if error:
+            return [] if error.get("err_code") == _STREAM_NOT_FOUND else None
+        names = [str(n) for n in resp.get(key) or []]
+        return names if resp.get("total", 0) <= len(names) else None
 
     # -- introspection ----------------------------------------------------------------------
 

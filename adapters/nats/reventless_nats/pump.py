@@ -34,6 +34,8 @@ log = logging.getLogger("reventless.broker.nats")
 
 #: How long ``close`` lets a running handler finish before cancelling it.
 _CLOSE_GRACE = 10.0
+#: Seconds between fetches while the consumer has no leader (a cluster electing one).
+_ELECTION_RETRY = 0.25
 
 
 def _backoff(base: float, cap: float, attempt: int) -> float:
@@ -62,6 +64,9 @@ class PumpSession:
     to_message: Callable[[str, Msg], Message]
     #: The pump's last member left: the broker forgets the pump and stops it.
     release: Callable[[Pump], Awaitable[None]]
+    #: Whether the durable consumer of (group, topic, subject partition) exists, as the
+    #: server lists it (None: no answer).
+    exists: Callable[[str, str, int | None], Awaitable[bool | None]]
 
 
 @dataclass(eq=False, slots=True)
@@ -148,29 +153,41 @@ class Pump:
                 continue  # idle (or disconnected: the client reconnects meanwhile)
             except Exception as exc:
                 errors += 1
-                delay = _backoff(0.1, self.options.max_backoff, errors)
-                level = logging.WARNING if errors in (1, 10) or errors % 100 == 0 else logging.DEBUG
-                log.log(
-                    level,
-                    "group %s topic %s: fetch failed %d time(s), retrying in %.1fs: %r",
-                    self.group,
-                    self.topic,
-                    errors,
-                    delay,
-                    exc,
-                )
-                if isinstance(exc, nats.js.errors.APIError | BrokerError):
-                    # The stream or consumer may be gone (a server that lost its state):
-                    # declare both again before the next fetch.
-                    self.session.redeclare(self.topic)
-                    await self._unsubscribe()
-                await self._pause(delay)
+                await self._pause(await self._recover(exc, errors))
                 continue
             if errors:
                 log.info("group %s topic %s: fetching again", self.group, self.topic)
                 errors = 0
             if batch:
                 await self._dispatch(batch)
+
+    async def _recover(self, exc: Exception, errors: int) -> float:
+        """After the ``errors``-th failed fetch in a row, make the next one possible;
+        returns the seconds to wait before it."""
+        delay = _backoff(0.1, self.options.max_backoff, errors)
+        if isinstance(exc, nats.js.errors.ServiceUnavailableError) and (
+            await self.session.exists(self.group, self.topic, self.part) is not False
+        ):
+            # No responders, yet the consumer is there: it has no leader until the cluster
+            # elects one. The binding stays good; fetch again soon (declaring would wait
+            # out API timeouts while the election runs).
+            delay = min(delay, _ELECTION_RETRY)
+        elif isinstance(exc, nats.js.errors.APIError | BrokerError):
+            # The stream or consumer may be gone (a server that lost its state): declare
+            # both again before the next fetch.
+            self.session.redeclare(self.topic)
+            await self._unsubscribe()
+        level = logging.WARNING if errors in (1, 10) or errors % 100 == 0 else logging.DEBUG
+        log.log(
+            level,
+            "group %s topic %s: fetch failed %d time(s), retrying in %.1fs: %r",
+            self.group,
+            self.topic,
+            errors,
+            delay,
+            exc,
+        )
+        return delay
 
     async def _fetch(self) -> list[Msg]:
         psub = self._psub
