@@ -142,37 +142,37 @@ class Deadline:
     thread stuck, and PostgreSQL's cancel request would travel the same dead path.
     """
 
-    __slots__ = ("_fd", "_lock", "expired", "seconds")
+    __slots__ = ("_lock", "_sock", "expired", "seconds")
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.expired = False
-        self._fd: int | None = None
+        self._sock: socket.socket | None = None
         self._lock = threading.Lock()
 
     def arm(self, fileno: int) -> None:
-        """Watch the connection on socket ``fileno`` (``StoreError`` if already expired)."""
+        """Watch the connection on socket ``fileno`` (``StoreError`` if already expired).
+        A duplicate of the descriptor is kept until ``disarm``: should the driver close
+        the connection meanwhile, the number may be reused, the duplicate's socket not."""
         with self._lock:
             if self.expired:
                 raise self.error()
-            self._fd = fileno
+            self._sock = socket.socket(fileno=os.dup(fileno))
 
     def disarm(self) -> None:
         """The transaction is over: leave its connection alone."""
         with self._lock:
-            self._fd = None
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()  # the duplicate only: the driver's connection stays open
 
     def expire(self) -> None:
         """Time is up: shut the armed connection's socket down."""
         with self._lock:
             self.expired = True
-            if self._fd is not None:
-                with contextlib.suppress(OSError):  # a duplicate: closing it keeps the fd
-                    sock = socket.fromfd(self._fd, socket.AF_INET, socket.SOCK_STREAM)
-                    try:
-                        sock.shutdown(socket.SHUT_RDWR)
-                    finally:
-                        sock.close()
+            if self._sock is not None:
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RDWR)
 
     def error(self) -> StoreError:
         """What the caller gets."""
