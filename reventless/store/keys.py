@@ -60,6 +60,7 @@ __all__ = [
 SEALED_PREFIX = "rv1:"
 _AT = len(SEALED_PREFIX)
 _NONCE = 12
+_CHUNK = 500
 
 keys_table = sa.Table(
     "rv_keys",
@@ -187,33 +188,37 @@ class SqlKeyStore:
             return {}
         fresh = {s: (uuid.uuid4().hex, os.urandom(32)) for s in wanted}
         now = int(time.time() * 1_000_000)
-        rows = [
-            {"key_id": kid, "subject": s, "wrapped": self.master.wrap(kid, key), "created_at": now}
-            for s, (kid, key) in fresh.items()
-        ]
+        rows = [(kid, s, self.master.wrap(kid, key), now) for s, (kid, key) in fresh.items()]
+        db = self.db
 
-        def run(conn: Connection) -> list[Any]:
-            stmt = self._insert_missing(conn)
-            conn.execute(stmt, rows)
-            return list(
-                conn.execute(
-                    sa.select(
-                        keys_table.c.subject, keys_table.c.key_id, keys_table.c.wrapped
-                    ).where(keys_table.c.subject.in_(wanted))
+        def run(conn: Connection) -> tuple[set[str], list[Any]]:
+            # The new keys come back from RETURNING; only subjects that had one already
+            # (another writer's, or a race) are read back and unwrapped.
+            mine: set[str] = set()
+            for i in range(0, len(rows), _CHUNK // 4):
+                chunk = rows[i : i + _CHUNK // 4]
+                values = ", ".join(f"({db.placeholders(4)})" for _ in chunk)
+                sql = (
+                    f"INSERT INTO rv_keys (key_id, subject, wrapped, created_at) VALUES {values} "
+                    "ON CONFLICT (subject) DO NOTHING RETURNING subject"
                 )
-            )
+                params = tuple(v for r in chunk for v in r)
+                mine.update(str(r[0]) for r in conn.exec_driver_sql(sql, params))
+            theirs = [s for s in wanted if s not in mine]
+            found: list[Any] = []
+            for i in range(0, len(theirs), _CHUNK):
+                chunk_s = theirs[i : i + _CHUNK]
+                sql = (
+                    "SELECT subject, key_id, wrapped FROM rv_keys "
+                    f"WHERE subject IN ({db.placeholders(len(chunk_s))})"
+                )
+                found.extend(conn.exec_driver_sql(sql, tuple(chunk_s)))
+            return mine, found
 
-        found = await self.db.write(run)
-        return {str(s): (str(k), self.master.unwrap(str(k), bytes(w))) for s, k, w in found}
-
-    def _insert_missing(self, conn: Connection) -> Any:
-        if conn.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-            return pg_insert(keys_table).on_conflict_do_nothing(index_elements=["subject"])
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-        return sqlite_insert(keys_table).on_conflict_do_nothing(index_elements=["subject"])
+        mine, found = await db.write(run)
+        out = {s: fresh[s] for s in mine}
+        out.update((str(s), (str(k), self.master.unwrap(str(k), bytes(w)))) for s, k, w in found)
+        return out
 
     async def keys(self, key_ids: Collection[str]) -> dict[str, bytes]:
         ids = sorted(set(key_ids))

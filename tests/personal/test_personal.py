@@ -268,3 +268,21 @@ def test_rows_of_read_models_are_plain_columns() -> None:
     table = read_model_table(rv.ReadModel("pd_rows", row=Row, key="id"))
     assert [c.name for c in table.columns] == ["id", "name"]
     assert DirectoryRow.model_fields["name"].annotation is str
+
+
+async def test_a_subject_has_one_key_whoever_asks_first(shared_url: str, master_key: Any) -> None:
+    """Two key stores (two processes) asking for the same subjects get the same keys: the
+    one that inserted first wins, the other reads it back."""
+    from reventless.store.keys import SqlKeyStore
+
+    app, _ = app_of(shared_url)
+    other, _ = app_of(shared_url)
+    async with app, other:
+        mine = SqlKeyStore(app.store.db)  # type: ignore[attr-defined]
+        theirs = SqlKeyStore(other.store.db)  # type: ignore[attr-defined]
+        first = await mine.keys_for(["a", "b"])
+        both = await theirs.keys_for(["b", "c", "a"])
+        assert both["a"] == first["a"] and both["b"] == first["b"]
+        many = await theirs.keys_for([f"s{i}" for i in range(300)])  # several statements
+        assert len({kid for kid, _ in many.values()}) == 300
+        assert await mine.keys_for([f"s{i}" for i in range(300)]) == many
