@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Collection
+from typing import Any
 
 from reventless.codec import Plaintext, TopicSchema
 from reventless.store.keys import Keyring, is_sealed
@@ -75,3 +76,22 @@ async def test_open_asks_once_per_unknown_key_and_never_for_a_destroyed_one() ->
     assert len(store.lookups) == asked  # the destroyed id is remembered
     damaged = stored[1][NAME_AT + 1][:-4] + "AAAA"
     assert reader.open_text(damaged) is None and reader.open_text("plain text") is None
+
+
+async def test_another_key_store_plugs_into_an_app(file_url: str, monkeypatch: Any) -> None:
+    """A KMS-like key store (here: keys held outside the database) replaces rv_keys: the
+    App seals and opens with it, forget destroys through it, no master key is needed."""
+    import reventless as rv
+    from tests.personal.model import ADA, app_of, register_two
+
+    monkeypatch.delenv("REVENTLESS_MASTER_KEY")
+    kms = CountingKeys()
+    app, customers = app_of(file_url)
+    app.store.keyring = Keyring(kms)  # type: ignore[misc]
+    async with app:
+        await register_two(customers)
+        await app.settle()
+        assert (await customers.load("c-1")).name == ADA
+        assert set(kms.keys_by_subject) == {"c-1", "c-2"}
+        assert await app.forget("c-1") == rv.Forgotten(keys=1, rows=1)
+        assert (await customers.load("c-1")).name is rv.ERASED
