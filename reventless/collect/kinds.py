@@ -7,7 +7,7 @@ import logging
 import random
 from typing import Any
 
-from ..errors import Rejected, SpecError
+from ..errors import Rejected, SpecError, StoreError
 from ..eventlog import command_id_for
 from ..scheduling import Clock, ScheduleWrite, SystemClock, schedule_writes, to_us
 from ..spec import Directive, Envelope, Metadata
@@ -200,7 +200,14 @@ class _RetryingCollector(Collector):
 
         if None in parts:  # rows without an aggregate keep their total order
             await run(parts.pop(None))
-        await asyncio.gather(*(run(p) for p in parts.values()))
+        runs = [asyncio.ensure_future(run(p)) for p in parts.values()]
+        try:
+            await asyncio.gather(*runs)
+        except BaseException:  # a store error: no aggregate goes on with a failed batch
+            for r in runs:
+                r.cancel()
+            await asyncio.gather(*runs, return_exceptions=True)
+            raise
         failed.sort(key=lambda f: f[0].offset)
         scheduled.sort(key=lambda s: s[0])  # the last write of a schedule id wins: log order
         writes = [w for _, ws in scheduled for w in ws]
@@ -222,6 +229,11 @@ class _RetryingCollector(Collector):
                 return
             except Exception as exc:
                 if attempt == self.max_attempts:
+                    if isinstance(exc, StoreError):
+                        # The store failed, not the handler (a mapper's command, say): the
+                        # batch fails whole and is redone from the checkpoint once the
+                        # store is back, instead of parking the aggregate.
+                        raise
                     log.warning("%s gave up on %s@%s: %s", self.name, ev.topic, ev.offset, exc)
                     failed.append((ev, error_text(exc), attempt))
                     self.park(ev)

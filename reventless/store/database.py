@@ -405,7 +405,9 @@ class Database:
         writer, readers = self._writer, self._readers
         self._writer = self._readers = None
         if readers is not None and readers is not writer:
-            readers.shutdown(wait=True)
+            # off the event loop: a reader stuck on a silent network needs its deadline's
+            # timer (on the loop) to come free
+            await asyncio.to_thread(readers.shutdown, wait=True)
         if writer is not None:
             await asyncio.get_running_loop().run_in_executor(writer, self._dispose)
             writer.shutdown(wait=True)
@@ -542,15 +544,19 @@ class Database:
         deadline = self.deadline()
         if deadline is None:
             return await loop.run_in_executor(pool, work, None)
-        timer = loop.call_later(deadline.seconds, deadline.expire)
+        timer: asyncio.TimerHandle | None = loop.call_later(deadline.seconds, deadline.expire)
         try:
             return await loop.run_in_executor(pool, work, deadline)
+        except asyncio.CancelledError:
+            timer = None  # the caller left, the worker may still wait: keep its deadline
+            raise
         except Exception as exc:
             if deadline.expired:
                 raise deadline.error() from exc
             raise
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
 
     def read_sync(self, fn: Callable[[Connection], T], deadline: Deadline | None = None) -> T:
         """Run ``fn`` in one read transaction (a consistent snapshot) on the calling thread."""

@@ -85,18 +85,19 @@ class AsyncAppender:
     async def group(self, reqs: list[AppendRequest]) -> list[AppendResult | Exception]:
         """Append ``reqs`` atomically; clashes fail only their request. Bounded by the
         store's ``timeout`` (``StoreError``: the group may or may not have committed)."""
-        try:
-            aconn = await self._connection()
-        except sa.exc.OperationalError as exc:  # cannot connect (bounded by connect_timeout)
-            raise StoreError(f"store write failed: {exc.orig}") from exc
-        except self.db.operational_errors as exc:
-            raise StoreError(f"store write failed: {exc}") from exc
         deadline = self.db.deadline()
         timer = None
-        if deadline is not None:
-            deadline.arm(aconn.fileno())
+        if deadline is not None:  # counts from here: a (re)connect is part of the wait
             timer = asyncio.get_running_loop().call_later(deadline.seconds, deadline.expire)
         try:
+            try:
+                aconn = await self._connection()  # bounded by connect_timeout
+            except sa.exc.OperationalError as exc:
+                raise StoreError(f"store write failed: {exc.orig}") from exc
+            except self.db.operational_errors as exc:
+                raise StoreError(f"store write failed: {exc}") from exc
+            if deadline is not None:
+                deadline.arm(aconn.fileno())  # StoreError if connecting used the time up
             return await self._group(aconn, reqs)
         except self.db.operational_errors as exc:
             if self._conn is not None:

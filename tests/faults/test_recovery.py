@@ -7,6 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from reventless.store import StoreOptions
 from reventless.store.database import Database
 from reventless.testing.broker_suite import until
 from tests.faults.proxy import FaultProxy
-from tests.model import Counter, Increment, totals
+from tests.model import Counter, Increment, Incremented, totals
 from tests.moto_server import MotoServer, aws_url
 from tests.nats_server import NatsServer
 
@@ -59,6 +60,23 @@ async def test_a_silent_postgres_fails_reads_and_writes_within_the_timeout(
         assert await db.write(lambda c: c.exec_driver_sql("SELECT 3").scalar()) == 3
     finally:
         await db.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(60)
+async def test_a_read_whose_caller_left_still_times_out(pg_url: str, pg_proxy: FaultProxy) -> None:
+    """A read on a half-open connection whose caller was cancelled (an App stopping): its
+    worker thread comes free at the deadline, so closing the store does not hang."""
+    db = Database(pg_proxy.route(pg_url) + "&timeout=1")
+    await db.open()
+    assert await db.read(lambda c: c.exec_driver_sql("SELECT 1").scalar()) == 1
+    pg_proxy.half_open()
+    read = asyncio.create_task(db.read(lambda c: c.exec_driver_sql("SELECT 2").scalar()))
+    await asyncio.sleep(0.2)  # the read is on its way (into the void)
+    read.cancel()
+    started = time.monotonic()
+    await db.close()
+    assert time.monotonic() - started < 5
 
 
 @pytest.mark.postgres
@@ -127,6 +145,65 @@ async def test_a_caller_that_gives_up_does_not_strand_the_others(
         assert all(isinstance(o, rv.ExecuteResult) for i, o in enumerate(outcomes) if i != 3)
         pg_proxy.heal()
         assert await log.head() == 40  # the cancelled caller's append landed too
+
+
+# -- collectors --------------------------------------------------------------------------
+
+
+class Copied(rv.Event):
+    source: int
+
+
+class Copy(rv.Command):
+    source: int
+
+
+class Copies(rv.Aggregate):
+    events = Copied
+
+    @rv.handles(Copy)
+    def copy(self, cmd: Copy) -> Copied:
+        return Copied(source=cmd.source)
+
+    @rv.applies(Copied)
+    def _copied(self, e: Copied) -> None:
+        pass
+
+
+async def test_a_store_error_in_a_mappers_command_is_retried_not_dead_lettered(
+    file_url: str,
+) -> None:
+    """The store failing the command a mapper sends (an outage outlasting the mapper's
+    quick attempts) is not the handler's fault: the batch is redone once the store is
+    back, instead of dead-lettering the event and parking its aggregate."""
+    copier = rv.EventMapper("copier")
+
+    @copier.on(Incremented)
+    def _copy(ev: rv.Envelope[Incremented]) -> rv.Send:
+        return rv.Send(Copies, "all", Copy(source=ev.offset))
+
+    options = rv.AppOptions(collector=rv.CollectorOptions(poll_interval=0.05, grace=0.01))
+    app = rv.App(store=file_url, options=options)
+    app.event_log(Counter)
+    copies = app.event_log(Copies)
+    app.collect(copier)
+    async with app:
+        execute = copies.execute
+        failures = 0
+
+        async def flaky(*args: Any, **kwargs: Any) -> rv.ExecuteResult:
+            nonlocal failures
+            if failures < 5:  # more than the mapper's attempts (3)
+                failures += 1
+                raise rv.StoreError("the store went away")
+            return await execute(*args, **kwargs)
+
+        copies.execute = flaky  # type: ignore[method-assign]
+        await app.log_for(Counter).execute("a", Increment())
+        await app.log_for(Counter).execute("a", Increment())
+        await app.settle(timeout=10)
+        assert await app.dead_letters() == []
+        assert [e.event.source for e in await copies.read()] == [1, 2]  # once each
 
 
 # -- the relay ----------------------------------------------------------------------------
