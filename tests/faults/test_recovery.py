@@ -162,7 +162,7 @@ class Copies(rv.Aggregate):
     events = Copied
 
     @rv.handles(Copy)
-    def copy(self, cmd: Copy) -> Copied:
+    def take(self, cmd: Copy) -> Copied:
         return Copied(source=cmd.source)
 
     @rv.applies(Copied)
@@ -225,7 +225,7 @@ async def test_the_relay_outlives_a_store_error_recording_its_position(file_url:
                 raise rv.StoreError("the store went away")
             await record(moved)
 
-        positions.advance = advance  # type: ignore[method-assign]
+        positions.advance = advance  # type: ignore[method-assign,assignment]
         await log.execute("a", Increment())
         await until(lambda: failures == 1)  # the relay's position write failed once
         await log.execute("a", Increment())
