@@ -243,7 +243,8 @@ class EventLog(Topic, Generic[A]):
         rows = self._rows(aggregate_id, expected_version, events, meta, tenant, command_id)
         if tags:
             rows = self._tagged(rows, tags)
-        rows = await sealed(self.store, self.schema, rows)
+        if self.schema.personal:
+            rows = await sealed(self.store, self.schema, rows)
         try:
             res = await self.store.append(
                 AppendRequest(self.name, rows, aggregate_id, expected_version, command_id)
@@ -414,7 +415,7 @@ class EventLog(Topic, Generic[A]):
             base = agg.version
             rows = self._rows(aggregate_id, base, events, meta, tenant, command_id)
             if personal:
-                rows = await self.store.keyring.seal_rows(self.schema, rows)
+                rows = await sealed(self.store, self.schema, rows)
             try:
                 res = await self.store.append(
                     AppendRequest(

@@ -33,6 +33,7 @@ from ..codec import META_FIELDS, TopicSchema
 from ..errors import StoreError
 from .collector import CollectorStore, SqlCollectorStore
 from .database import Database
+from .keys import MasterKey
 from .retention import collectors_behind_sync
 from .schedules import ScheduleStore, SqlScheduleStore
 from .sql import SqlEventStore
@@ -230,7 +231,7 @@ class SqlStoreAdmin:
         """``rows`` (of ``tail``) with personal fields opened as text when a master key is
         configured (``"[erased]"`` once forgotten); without one they stay sealed."""
         fields = TopicSchema.from_arrow("tail", pa.schema(list(schema)[len(META_FIELDS) :]))
-        if not fields.personal or not rows or not _master_key_set():
+        if not fields.personal or not rows or not MasterKey.configured():
             return rows
         return await self._events.keyring.shown_rows(fields, rows)
 
@@ -264,9 +265,3 @@ class SqlStoreAdmin:
     async def components(self) -> list[str]:
         sql = "SELECT DISTINCT component FROM rv_checkpoints ORDER BY component"
         return await self.db.read(lambda c: [str(r[0]) for r in c.exec_driver_sql(sql).all()])
-
-
-def _master_key_set() -> bool:
-    return bool(
-        os.environ.get("REVENTLESS_MASTER_KEY") or os.environ.get("REVENTLESS_MASTER_KEY_FILE")
-    )

@@ -110,6 +110,14 @@ class MasterKey:
             raise KeyringError("the master key is not URL-safe base64") from exc
         return cls(raw)
 
+    @staticmethod
+    def configured() -> bool:
+        """Whether the environment names a master key (``from_env`` may still find it
+        malformed)."""
+        return bool(
+            os.environ.get("REVENTLESS_MASTER_KEY") or os.environ.get("REVENTLESS_MASTER_KEY_FILE")
+        )
+
     @classmethod
     def from_env(cls) -> MasterKey:
         """From ``REVENTLESS_MASTER_KEY``, else the file ``REVENTLESS_MASTER_KEY_FILE``
