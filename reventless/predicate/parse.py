@@ -73,7 +73,7 @@ def filter_columns(schema: TopicSchema) -> dict[str, Field]:
             tags = Field(TAG_NAME, TAGS_COLUMN, "text", each=True)
             out.setdefault(TAG_NAME, tags)  # a field named ``tag`` wins
             out[TAGS_COLUMN] = Field(TAGS_COLUMN, TAGS_COLUMN, "text", each=True)
-        elif kind is not None and kind != "time":
+        elif kind is not None and kind != "time" and c.personal is None:
             out[c.name] = Field(c.name, c.name, kind)
         else:
             out.pop(c.name, None)  # a field shadows a short name even if not filterable
@@ -173,6 +173,13 @@ class _Parser:
             raise PredicateError(f"expected a column name, got {e.sql()!r}")
         name = e.name
         f = self.columns.get(name)
+        if f is None and any(
+            c.name == name and c.personal is not None for c in self.schema.columns
+        ):
+            raise PredicateError(
+                f"{name!r} of topic {self.schema.name!r} is personal data, sealed at rest: "
+                "a predicate cannot filter on it"
+            )
         if f is None:
             known = ", ".join(sorted(n for n in self.columns if not n.startswith("_")))
             raise PredicateError(

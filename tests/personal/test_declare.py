@@ -89,3 +89,13 @@ def test_encoders_never_hand_plaintext_to_sql() -> None:
     assert got.email is None  # a None stays None: nothing was sealed
     assert isinstance(got.name, str) and got.name == "[erased]"
     assert got.model_dump()["born"] == "[erased]"
+
+
+def test_a_predicate_cannot_filter_on_a_personal_field() -> None:
+    from reventless.errors import PredicateError
+    from reventless.predicate import Predicate
+
+    schema = TopicSchema.from_events("customers", list(Customer.event_classes))
+    with pytest.raises(PredicateError, match="personal data, sealed at rest"):
+        Predicate.parse("name = 'Ada'", schema)
+    assert Predicate.parse("city = 'London'", schema) is not None
