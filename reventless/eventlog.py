@@ -157,9 +157,42 @@ class EventLog(Topic, Generic[A]):
         """Whether this log stores snapshots (``snapshot_every``): not when its events hold
         personal data of subjects other than the aggregate itself, whose state a
         snapshot would keep past their forgetting (the aggregate's own is sealed)."""
-        return self.options.snapshot_every > 0 and all(
-            subject_at == AGGREGATE_AT for _, subject_at in self.schema.personal
-        )
+        return self.options.snapshot_every > 0 and self._snapshots_allowed
+
+    @property
+    def _snapshots_allowed(self) -> bool:
+        return all(subject_at == AGGREGATE_AT for _, subject_at in self.schema.personal)
+
+    async def take_snapshot(self, aggregate_id: str) -> int:
+        """Store a snapshot of the aggregate's current state now, whatever
+        ``snapshot_every`` says; returns the version it holds (0: no events, nothing
+        stored). A log that takes no snapshots (``snapshots`` is False: personal data of
+        other subjects) raises ``StoreError``.
+
+        Example::
+
+            await customers.take_snapshot("c-1")  # loads of c-1 start from here
+        """
+        if not self._snapshots_allowed:
+            raise StoreError(
+                f"{self.name!r} takes no snapshots: its events hold personal data of "
+                "other subjects than the aggregate"
+            )
+        agg = await self._load_fresh(aggregate_id)
+        if agg.version:
+            await self._save_snapshot(agg)
+        return agg.version
+
+    async def _snapshot_after_append(self, aggregate_id: str, before: int, after: int) -> None:
+        """``append``'s share of the snapshot policy: when the append crossed a multiple of
+        ``snapshot_every``, fold the aggregate (from its last snapshot) and store one."""
+        every = self.options.snapshot_every
+        if every and after // every > before // every and self.snapshots:
+            agg = self._cache.get(aggregate_id)
+            if agg is None or agg.version != after:
+                agg = await self._load_fresh(aggregate_id)
+            if agg.version == after:  # else another writer moved on: its turn to snapshot
+                await self._save_snapshot(agg)
 
     async def _save_snapshot(self, agg: A) -> None:
         state = agg.model_dump_json()
@@ -258,6 +291,10 @@ class EventLog(Topic, Generic[A]):
         if res.duplicate:  # a racing writer recorded the id first
             self._cache.pop(aggregate_id, None)
             return await self._appended(await self._must_have_landed(aggregate_id, command_id))
+        self._cache.pop(aggregate_id, None)  # its cached state is behind these events
+        await self._snapshot_after_append(
+            aggregate_id, expected_version, expected_version + len(events)
+        )
         return res
 
     def _schedules(

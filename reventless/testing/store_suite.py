@@ -265,6 +265,32 @@ class StoreConformance:
             )
             assert (await log.load("a-1")).balance == sum(range(35))
 
+    async def test_append_honours_the_snapshot_policy_and_snapshots_on_demand(
+        self, store_url: str
+    ) -> None:
+        app = rv.App(store=store_url, options=rv.AppOptions(log=rv.LogOptions(snapshot_every=10)))
+        log = app.event_log(Account)
+        query = "SELECT version FROM rv_snapshots WHERE aggregate_id = 'a-1'"
+        async with app:
+            await log.execute("a-1", Deposit(amount=1))  # cached at version 1
+            await log.append("a-1", [Deposited(amount=2) for _ in range(8)], expected_version=1)
+            assert await sql_rows(app, query) == []  # 9 events: no multiple of 10 crossed
+            await log.append("a-1", [Deposited(amount=3) for _ in range(6)], expected_version=9)
+            assert await sql_rows(app, query) == [(15,)]  # crossed 10: the state at 15
+            state = await log.load("a-1")
+            assert (state.version, state.balance) == (15, 1 + 16 + 18)
+            # the cached state did not go stale behind the appends
+            res = await log.execute("a-1", Deposit(amount=4))
+            assert res.version == 16
+            assert await log.take_snapshot("a-1") == 16
+            assert await sql_rows(app, query) == [(16,)]
+            assert await log.take_snapshot("nobody") == 0
+            assert await sql_rows(
+                app, "SELECT count(*) FROM rv_snapshots WHERE aggregate_id = 'nobody'"
+            ) == [(0,)]
+            log.forget()
+            assert (await log.load("a-1")).balance == 1 + 16 + 18 + 4
+
     async def test_read_pages_arrow_batches_and_parquet(self, app: rv.App, tmp_path: Path) -> None:
         log = self.accounts(app)
         for i in range(25):

@@ -214,6 +214,9 @@ async def test_snapshots_are_sealed_with_the_aggregate_or_not_taken(any_url: str
         snap_c, _ = await app.store.load("Customer", "c-1")
         assert snap_p is not None and is_sealed(snap_p[2]) and ADA not in snap_p[2]
         assert snap_c is None
+        with pytest.raises(rv.StoreError, match="takes no snapshots"):
+            await customers.take_snapshot("c-1")
+        assert await patients.take_snapshot("p-1") == 3
         patients.forget()
         assert (await patients.load("p-1")).name == ADA
         await app.forget("p-1")
