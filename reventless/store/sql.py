@@ -519,7 +519,7 @@ class SqlEventStore:
             rows = _fetch(conn, sql, (aggregate_id, after))
             return (None if snap is None else (int(snap[0]), snap[1], snap[2])), rows
 
-        return await self.db.read(work)
+        return await self.db.read_point(work)
 
     async def save_snapshot(
         self, topic: str, aggregate_id: str, version: int, fingerprint: str, state: str
