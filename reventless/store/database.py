@@ -17,6 +17,7 @@ import re
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -253,10 +254,10 @@ class Database:
                 # take over BEGIN ourselves (SQLAlchemy's documented recipe).
                 dbapi_conn.isolation_level = None
                 cur = dbapi_conn.cursor()
-                if not self.is_memory:
-                    cur.execute("PRAGMA journal_mode=WAL")
-                cur.execute(f"PRAGMA synchronous={sync}")
                 cur.execute(f"PRAGMA busy_timeout={int(busy)}")
+                if not self.is_memory:
+                    _wal(cur)
+                cur.execute(f"PRAGMA synchronous={sync}")
                 if self.max_page_count is not None:
                     cur.execute(f"PRAGMA max_page_count={int(self.max_page_count)}")
                 cur.close()
@@ -619,6 +620,23 @@ class Database:
     def mark(self) -> str:
         """This driver's parameter mark (``?`` or ``%s``)."""
         return "?" if self.paramstyle == "qmark" else "%s"
+
+
+def _wal(cur: Any) -> None:
+    """Put a SQLite file in WAL mode, once: a connection to a file already in WAL mode
+    only reads the mode. Switching takes an exclusive lock that SQLite refuses at once
+    (no busy wait) while other connections read, so processes opening a fresh file
+    together retry it briefly."""
+    for attempt in range(50):
+        if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+            return
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == 49:
+                raise
+            time.sleep(0.01 * (1 + attempt % 5))
 
 
 _TABLE_SAFE = re.compile(r"[^a-z0-9_]+")
