@@ -192,6 +192,49 @@ async def published(t: Rig, callers: Callers, timeout: float = 30.0) -> None:
     await callers.until(lambda: all(relay.published[n] >= h for n, h in heads.items()), timeout)
 
 
+async def broker_faults(
+    proxy: FaultProxy, t: Rig, callers: Callers, *, half_open_fails_publishes: bool
+) -> None:
+    """The broker tests' run: commands throughout; delay, reset, blackhole, half-open,
+    then reset + refuse and heal, each followed by the relay publishing everything. A
+    blackhole (and, where ``half_open_fails_publishes``, a half-open connection) is
+    held until the relay has seen a publish fail."""
+    relay = t.app.relay
+    assert relay is not None
+    callers.start()
+    await callers.more(60)
+
+    proxy.delay(0.05)
+    await callers.more(40)
+    await published(t, callers)
+    proxy.heal()
+
+    proxy.reset()
+    await callers.more(40)
+    await published(t, callers)
+
+    failures = relay.failures
+    proxy.blackhole()
+    await callers.until(lambda: relay.failures > failures)
+    proxy.heal()
+    await callers.more(40)
+    await published(t, callers)
+
+    failures = relay.failures
+    proxy.half_open()
+    if half_open_fails_publishes:
+        await callers.until(lambda: relay.failures > failures)
+    await callers.more(40)
+    await published(t, callers)
+
+    proxy.reset()  # the broker is unreachable: connects are refused
+    proxy.refuse()
+    await callers.more(40)
+    proxy.heal()
+    await callers.more(40)
+    await published(t, callers)
+
+
 async def prove(t: Rig, callers: Callers, audit_url: str, *, effects_once: bool) -> None:
     """Read the store back and check every claim of the module docstring. Side effects
     run at least once; exactly once (``effects_once``) when the store had no fault, as
@@ -297,40 +340,11 @@ async def test_nats_behind_a_faulty_network(tmp_path: Path, nats_server: NatsSer
         t = build(store, broker, poll=600)
         callers = Callers(t.log, pace=0.01)
         async with t.app:
-            relay = t.app.relay
-            assert relay is not None
-            callers.start()
-            await callers.more(60)
-
-            proxy.delay(0.05)
-            await callers.more(40)
-            await published(t, callers)
-            proxy.heal()
-
-            proxy.reset()  # the client reconnects; publishes and fetches in flight fail
-            await callers.more(40)
-            await published(t, callers)
-
-            failures = relay.failures
-            proxy.blackhole()  # publish acks time out; the relay retries from the store
-            await callers.until(lambda: relay.failures > failures)
-            proxy.heal()
-            await callers.more(40)
-            await published(t, callers)
-
-            failures = relay.failures
-            proxy.half_open()  # the server dropped the client; the client's socket hangs
-            await callers.until(lambda: relay.failures > failures)
-            await callers.more(40)
-            await published(t, callers)
-
-            proxy.reset()  # NATS is unreachable: reconnects are refused
-            proxy.refuse()
-            await callers.more(40)
-            proxy.heal()
-            await callers.more(40)
-            await published(t, callers)
-
+            # NATS: a reset makes the client reconnect (publishes and fetches in flight
+            # fail); a blackhole times publish acks out (the relay retries from the
+            # store); half-open, the server dropped the client while its socket hangs
+            # until the pings notice
+            await broker_faults(proxy, t, callers, half_open_fails_publishes=True)
             await callers.stop_and_retry()
             await prove(t, callers, store, effects_once=True)
             head = len(callers.sent)
@@ -351,38 +365,10 @@ async def test_sns_sqs_behind_a_faulty_network(tmp_path: Path, moto_server: Moto
         t = build(store, broker, poll=600)  # the collectors are at the head via SQS only
         callers = Callers(t.log, pace=0.01)
         async with t.app:
-            relay = t.app.relay
-            assert relay is not None
-            callers.start()
-            await callers.more(60)
-
-            proxy.delay(0.05)
-            await callers.more(40)
-            await published(t, callers)
-            proxy.heal()
-
-            proxy.reset()  # every HTTP connection dies: the SDK retries on new ones
-            await callers.more(40)
-            await published(t, callers)
-
-            failures = relay.failures
-            proxy.blackhole()  # calls hang until the SDK's read timeout
-            await callers.until(lambda: relay.failures > failures)
-            proxy.heal()
-            await callers.more(40)
-            await published(t, callers)
-
-            proxy.half_open()  # pooled connections hang; the SDK times out and retries
-            await callers.more(40)
-            await published(t, callers)
-
-            proxy.reset()  # the endpoint is unreachable: connects are refused
-            proxy.refuse()
-            await callers.more(40)
-            proxy.heal()
-            await callers.more(40)
-            await published(t, callers)
-
+            # SNS/SQS: a reset kills every HTTP connection (the SDK retries on new ones);
+            # a blackhole hangs calls until the SDK's read timeout; half-open, pooled
+            # connections hang until it times out and retries
+            await broker_faults(proxy, t, callers, half_open_fails_publishes=False)
             await callers.stop_and_retry()
             await prove(t, callers, store, effects_once=True)
     assert not callers.errors
