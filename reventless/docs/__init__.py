@@ -1,0 +1,1 @@
+"""Documents generated from an App: its AsyncAPI description (``reventless docs asyncapi``)."""
