@@ -57,16 +57,28 @@ class TopicHead:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """One partition of a collector's topic: its checkpoint, the partition's head offset
+    and the gap between them."""
+
+    partition: int
+    checkpoint: int
+    head: int
+    lag: int
+
+
+@dataclass(frozen=True, slots=True)
 class CollectorLag:
     """One component on one topic: its highest checkpoint, the largest gap between a
-    partition's head and its checkpoint, and whether retention deleted events past a
-    checkpoint (``resnapshot_required``)."""
+    partition's head and its checkpoint, whether retention deleted events past a
+    checkpoint (``resnapshot_required``), and each checkpointed partition's lag."""
 
     component: str
     topic: str
     checkpoint: int
     lag: int
     resnapshot_required: bool
+    partitions: tuple[PartitionLag, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,17 +210,22 @@ class SqlStoreAdmin:
             for n, k, t, parts, tb in rows
         ]
         lag: dict[tuple[str, str], list[int]] = {}
+        parts: dict[tuple[str, str], list[PartitionLag]] = {}
         cps = conn.exec_driver_sql(
             'SELECT component, topic, "partition", "offset" FROM rv_checkpoints '
-            "ORDER BY component, topic"
+            'ORDER BY component, topic, "partition"'
         ).all()
         for c, t, p, o in cps:
+            head = heads.get((t, int(p)), 0)
             entry = lag.setdefault((c, t), [0, 0])
             entry[0] = max(entry[0], int(o))
-            entry[1] = max(entry[1], heads.get((t, int(p)), 0) - int(o))
+            entry[1] = max(entry[1], head - int(o))
+            parts.setdefault((c, t), []).append(
+                PartitionLag(int(p), int(o), head, max(0, head - int(o)))
+            )
         stopped = {(b.component, b.topic) for b in collectors_behind_sync(self.db, conn, None)}
         collectors = [
-            CollectorLag(c, t, cp, behind, (c, t) in stopped)
+            CollectorLag(c, t, cp, behind, (c, t) in stopped, tuple(parts[c, t]))
             for (c, t), (cp, behind) in lag.items()
         ]
         return StoreOverview(topics, collectors)
