@@ -68,6 +68,7 @@ ifeq ($(QUICK),1)
 	$(BIN)/python -m bench.schedules --quick --postgres --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.compression --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	$(BIN)/python -m bench.personal --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
+	$(BIN)/python -m bench.core --quick --rounds 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	@echo "quick bench report: $(BENCH_QUICK_DIR)/BENCHMARKS.md"
 else
 	$(BIN)/python -m bench --store all --out BENCHMARKS.md $(BENCH_ARGS)
@@ -81,6 +82,7 @@ else
 	$(BIN)/python -m bench.schedules --postgres --out BENCHMARKS.md
 	$(BIN)/python -m bench.compression --out BENCHMARKS.md
 	$(BIN)/python -m bench.personal --out BENCHMARKS.md
+	$(BIN)/python -m bench.core --out BENCHMARKS.md
 endif
 
 clean:

@@ -1,0 +1,593 @@
+"""``python -m bench.core [--store sqlite|postgres|all] [--rounds N] [--quick] [--out FILE]``:
+the command path's targets, side by side with eventsourcing and the raw drivers in one run.
+
+Every row is one workload run by each contender on a fresh SQLite file (WAL,
+``synchronous=FULL`` for all three) or a fresh PostgreSQL database (fsync on); the order
+of the contenders rotates from round to round and the table shows the medians. Besides
+the rates, the CPU time a command costs is measured on SQLite with ``synchronous=OFF``
+(no fsync, so what is left is Python and SQLite's own work): reventless sequential and
+with 64 commands in flight, beside raw one-row and 64-row transactions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import reventless as rv
+
+from .blocks import put_block
+from .extra import _es_per_tx, _raw_per_tx
+from .pgserver import PgDb, PgServer
+from .specs import Counter, EsApp, EsCounter, Increment, Incremented
+from .workloads import (
+    RAW_DATA,
+    RAW_INSERT,
+    Where,
+    check,
+    es_env,
+    perf,
+    raw_connect,
+    rv_count,
+    rv_preload,
+)
+
+SYSTEMS = ("reventless", "eventsourcing", "raw")
+
+
+# -- the domain: one command, ten events ------------------------------------------------------
+
+
+class Tallied(rv.Event):
+    by: int = 1
+
+
+class Tally(rv.Command):
+    times: int = 10
+
+
+class Tallies(rv.Aggregate):
+    events = Tallied
+    value: int = 0
+
+    @rv.handles(Tally)
+    def tally(self, cmd: Tally) -> list[Tallied]:
+        return [Tallied(by=1) for _ in range(cmd.times)]
+
+    @rv.applies(Tallied)
+    def _tallied(self, e: Tallied) -> None:
+        self.value += e.by
+
+
+def _app(where: Where, synchronous: str = "FULL") -> rv.App:
+    store = where.url if isinstance(where, PgDb) else f"sqlite:///{where / 'rv.db'}"
+    if not isinstance(where, PgDb):
+        store += f"?synchronous={synchronous}"
+    return rv.App(store=store, broker="memory://")
+
+
+def _raw(where: Where, synchronous: str = "FULL") -> Any:
+    if isinstance(where, PgDb):
+        from . import pg
+
+        return pg.raw_connect(where)
+    con = raw_connect(where)
+    con.execute(f"PRAGMA synchronous={synchronous}")
+    return con
+
+
+def _insert(where: Where) -> str:
+    return RAW_INSERT.replace("?", "%s") if isinstance(where, PgDb) else RAW_INSERT
+
+
+def _tx(con: Any, where: Where, rows: list[tuple[Any, ...]]) -> None:
+    """One transaction inserting ``rows`` (executemany; psycopg pipelines it)."""
+    if isinstance(where, PgDb):
+        with con.transaction(), con.cursor() as cur:
+            cur.executemany(_insert(where), rows)
+    else:
+        con.execute("BEGIN")
+        con.executemany(RAW_INSERT, rows)
+        con.execute("COMMIT")
+
+
+# -- 1. sequential commands, one event each -----------------------------------------------------
+
+
+async def _rv_seq(where: Where, n: int) -> float:
+    app = _app(where)
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("seq-0", Increment(by=1))
+        t0 = perf()
+        for _ in range(n):
+            await log.execute("seq-0", Increment(by=1))
+        dt = perf() - t0
+        check((await log.load("seq-0")).value == n + 1, "reventless seq value")
+    return n / dt
+
+
+# -- 2. one command, ten events ----------------------------------------------------------------
+
+
+async def _rv_exec10(where: Where, n: int) -> float:
+    app = _app(where)
+    log = app.event_log(Tallies)
+    async with app:
+        await log.execute("t-0", Tally(times=1))
+        t0 = perf()
+        for _ in range(n):
+            await log.execute("t-0", Tally(times=10))
+        dt = perf() - t0
+        check((await log.load("t-0")).value == n * 10 + 1, "reventless exec10 value")
+    return n * 10 / dt
+
+
+# -- 3. 64 commands in flight -------------------------------------------------------------------
+
+
+async def _rv_inflight(where: Where, workers: int, per: int, synchronous: str = "FULL") -> float:
+    app = _app(where, synchronous)
+    log = app.event_log(Counter)
+
+    async def worker(i: int) -> None:
+        for _ in range(per):
+            await log.execute(f"w-{i}", Increment(by=1))
+
+    async with app:
+        await asyncio.gather(*(log.execute(f"w-{i}", Increment(by=1)) for i in range(workers)))
+        t0 = perf()
+        await asyncio.gather(*(worker(i) for i in range(workers)))
+        dt = perf() - t0
+        check(await rv_count(app) == workers * (per + 1), "reventless inflight count")
+    return workers * per / dt
+
+
+def _raw_rows(where: Where, n_tx: int, per: int, synchronous: str = "FULL") -> float:
+    """``n_tx`` transactions of ``per`` one-event rows (new versions of ``per`` streams)."""
+    con = _raw(where, synchronous)
+    t0 = perf()
+    for t in range(n_tx):
+        _tx(con, where, [(f"r-{i}", t, "Incremented", json.dumps({"by": 1})) for i in range(per)])
+    dt = perf() - t0
+    con.close()
+    return n_tx * per / dt
+
+
+# -- 4. many new aggregates at once -------------------------------------------------------------
+
+
+async def _rv_many_new(where: Where, calls: int, per_call: int) -> float:
+    app = _app(where)
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("warm", Increment(by=1))
+        t0 = perf()
+        for c in range(calls):
+            got = await log.execute_many((f"new-{c}-{i}", Increment(by=1)) for i in range(per_call))
+            check(len(got) == per_call, "reventless many_new results")
+        dt = perf() - t0
+        check(await rv_count(app) == calls * per_call + 1, "reventless many_new count")
+    return calls * per_call / dt
+
+
+def _es_many_new(where: Where, calls: int, per_call: int) -> float:
+    app = EsApp(env=es_env(where))
+    try:
+        app.save(EsCounter())
+        t0 = perf()
+        for _ in range(calls):
+            app.save(*(EsCounter() for _ in range(per_call)))  # one event (created) each
+        dt = perf() - t0
+        n = app.recorder.max_notification_id()
+        check(n == calls * per_call + 1, "eventsourcing many_new count")
+    finally:
+        app.close()
+    return calls * per_call / dt
+
+
+def _raw_many_new(where: Where, calls: int, per_call: int) -> float:
+    con = _raw(where)
+    t0 = perf()
+    for c in range(calls):
+        _tx(con, where, [(f"new-{c}-{i}", 1, "Incremented", RAW_DATA) for i in range(per_call)])
+    dt = perf() - t0
+    con.close()
+    return calls * per_call / dt
+
+
+# -- 5. read the log as Arrow -------------------------------------------------------------------
+
+
+async def _rv_read_arrow(where: Where, aggs: int, per: int) -> float:
+    app = _app(where)
+    log = app.event_log(Counter)
+    async with app:
+        await rv_preload(log, "rd", aggs, per)
+        t0 = perf()
+        n = 0
+        async for batch in log.read_batches():
+            n += batch.num_rows
+        dt = perf() - t0
+    check(n == aggs * per, "reventless read_batches count")
+    return n / dt
+
+
+def _es_read_raw(where: Where, aggs: int, per: int) -> float:
+    app = EsApp(env=es_env(where))
+    try:
+        counters = [EsCounter() for _ in range(aggs)]
+        for c in counters:
+            for _ in range(per - 1):
+                c.increment(by=1)
+        for i in range(0, aggs, 10):
+            app.save(*counters[i : i + 10])
+        t0 = perf()
+        n, position = 0, 0
+        while True:  # stored notifications, not turned into domain events
+            notes = app.recorder.select_notifications(
+                start=position, limit=1000, inclusive_of_start=False
+            )
+            if not notes:
+                break
+            n += len(notes)
+            position = notes[-1].id
+        dt = perf() - t0
+    finally:
+        app.close()
+    check(n == aggs * per, "eventsourcing read count")
+    return n / dt
+
+
+def _raw_read_rows(where: Where, aggs: int, per: int) -> float:
+    con = _raw(where)
+    rows = [(f"rd-{i}", v, "Incremented", RAW_DATA) for i in range(aggs) for v in range(1, per + 1)]
+    _tx(con, where, rows)
+    mark = "%s" if isinstance(where, PgDb) else "?"
+    select = (
+        'SELECT "offset", aggregate_id, version, type, data FROM events '
+        f'WHERE "offset" > {mark} ORDER BY "offset" LIMIT 1000'
+    )
+    t0 = perf()
+    n = last = 0
+    while True:
+        page = con.execute(select, (last,)).fetchall()
+        if not page:
+            break
+        n += len(page)
+        last = page[-1][0]
+    dt = perf() - t0
+    con.close()
+    check(n == aggs * per, "raw read count")
+    return n / dt
+
+
+# -- 6. collector catch-up with a counting handler ---------------------------------------------
+
+
+async def _rv_catchup_count(where: Where, aggs: int, per: int) -> float:
+    pre = _app(where)
+    log = pre.event_log(Counter)
+    async with pre:
+        await rv_preload(log, "cu", aggs, per)
+    app = _app(where)
+    app.event_log(Counter)
+    counter = rv.SideEffectHandler("count")
+    seen = [0]
+
+    @counter.on(Incremented)
+    async def _count(ev: rv.Envelope[Incremented]) -> None:
+        seen[0] += 1
+
+    app.collect(counter)
+    t0 = perf()
+    await app.start()
+    try:
+        await app.settle()
+        dt = perf() - t0
+    finally:
+        await app.stop()
+    check(seen[0] == aggs * per, "reventless counting catch-up")
+    return aggs * per / dt
+
+
+def _raw_catchup_count(where: Where, aggs: int, per: int, page: int = 2000) -> float:
+    """Read pages and commit the checkpoint after each: the floor of a durable handler."""
+    con = _raw(where)
+    _tx(
+        con,
+        where,
+        [(f"cu-{i}", v, "Incremented", RAW_DATA) for i in range(aggs) for v in range(1, per + 1)],
+    )
+    con.close()
+    pg = isinstance(where, PgDb)
+    mark = "%s" if pg else "?"
+    t0 = perf()
+    con = _raw(where)
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS checkpoints (name TEXT PRIMARY KEY, position BIGINT NOT NULL)"
+    )
+    position = n = 0
+    while True:
+        rows = con.execute(
+            'SELECT "offset", aggregate_id, version, type, data FROM events '
+            f'WHERE "offset" > {mark} ORDER BY "offset" LIMIT {mark}',
+            (position, page),
+        ).fetchall()
+        if not rows:
+            break
+        n += len(rows)
+        position = rows[-1][0]
+        upsert = (
+            f"INSERT INTO checkpoints VALUES ('count', {mark}) "
+            "ON CONFLICT (name) DO UPDATE SET position = excluded.position"
+        )
+        if pg:
+            with con.transaction():
+                con.execute(upsert, (position,))
+        else:
+            con.execute("BEGIN IMMEDIATE")
+            con.execute(upsert, (position,))
+            con.execute("COMMIT")
+    dt = perf() - t0
+    con.close()
+    check(n == aggs * per, "raw counting catch-up")
+    return aggs * per / dt
+
+
+# -- CPU per command (SQLite, synchronous=OFF) ---------------------------------------------------
+
+
+def _cpu(fn: Callable[[], object], n: int) -> float:
+    """Microseconds of this process's CPU time per operation of ``fn``."""
+    c0 = time.process_time()
+    fn()
+    return (time.process_time() - c0) / n * 1e6
+
+
+def _cpu_rows(where: Path, n: int) -> dict[str, float]:
+    workers, per = 64, max(1, n // 64)
+
+    async def seq() -> None:
+        app = _app(where / "a", "OFF")
+        log = app.event_log(Counter)
+        async with app:
+            for _ in range(n):
+                await log.execute("cpu-0", Increment(by=1))
+
+    for sub in ("a", "b", "c", "d"):
+        (where / sub).mkdir()
+    return {
+        "reventless, sequential": _cpu(lambda: asyncio.run(seq()), n),
+        "reventless, 64 in flight": _cpu(
+            lambda: asyncio.run(_rv_inflight(where / "b", workers, per, "OFF")), workers * per
+        ),
+        "raw, 1-row transactions": _cpu(lambda: _raw_rows(where / "c", n, 1, "OFF"), n),
+        "raw, 64-row transactions": _cpu(
+            lambda: _raw_rows(where / "d", max(1, n // 64), 64, "OFF"), max(1, n // 64) * 64
+        ),
+    }
+
+
+# -- the table -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    title: str
+    unit: str
+    run: dict[str, Callable[[Where], float]]
+    target: str  # what the issue asks, e.g. "rv/es >= 1.5"
+    es_min: float | None = None
+    raw_min: float | None = None
+
+
+def rows(quick: bool, pg: bool) -> list[Row]:
+    seq = 300 if quick else (1000 if pg else 3000)
+    ex10 = 100 if quick else (300 if pg else 1000)
+    w, per = 64, (5 if quick else 30)
+    calls, per_call = (2, 500) if quick else (5, 1000)
+    ra, rp = (20, 500) if quick else (100, 1000)
+    ca, cp = (50, 100) if quick else (500, 100)
+
+    def arun(fn: Callable[..., Any], *a: Any) -> Callable[[Where], float]:
+        return lambda p: float(asyncio.run(fn(p, *a)))
+
+    return [
+        Row(
+            "seq1",
+            "sequential commands, 1 event each (`execute`)",
+            "cmd/s",
+            {
+                "reventless": arun(_rv_seq, seq),
+                "eventsourcing": lambda p: _es_per_tx(p, seq, 1),
+                "raw": lambda p: _raw_per_tx(p, seq, 1),
+            },
+            ">= 1.5x es, >= 85% raw",
+            1.5,
+            0.85,
+        ),
+        Row(
+            "exec10",
+            "one command -> 10 events (`execute`)",
+            "events/s",
+            {
+                "reventless": arun(_rv_exec10, ex10),
+                "eventsourcing": lambda p: _es_per_tx(p, ex10, 10),
+                "raw": lambda p: _raw_per_tx(p, ex10, 10),
+            },
+            ">= 1.5x es",
+            1.5,
+        ),
+        Row(
+            "inflight64",
+            "64 commands in flight (raw: 64 rows per transaction)",
+            "cmd/s",
+            {
+                "reventless": arun(_rv_inflight, w, per),
+                "raw": lambda p: _raw_rows(p, per * 2, 64),
+            },
+            ">= 40% raw",
+            None,
+            0.40,
+        ),
+        Row(
+            "many_new",
+            f"{per_call} new aggregates per call, {calls} calls (`execute_many`)",
+            "events/s",
+            {
+                "reventless": arun(_rv_many_new, calls, per_call),
+                "eventsourcing": lambda p: _es_many_new(p, calls, per_call),
+                "raw": lambda p: _raw_many_new(p, calls, per_call),
+            },
+            ">= 2x es",
+            2.0,
+        ),
+        Row(
+            "read_arrow",
+            f"read {ra * rp:,} events: `read_batches()` (Arrow) vs stored rows",
+            "events/s",
+            {
+                "reventless": arun(_rv_read_arrow, ra, rp),
+                "eventsourcing": lambda p: _es_read_raw(p, ra, rp),
+                "raw": lambda p: _raw_read_rows(p, ra, rp),
+            },
+            ">= 70% raw",
+            None,
+            0.70,
+        ),
+        Row(
+            "catchup_count",
+            f"catch-up of {ca * cp:,} events, counting handler, durable checkpoint",
+            "events/s",
+            {
+                "reventless": arun(_rv_catchup_count, ca, cp),
+                "raw": lambda p: _raw_catchup_count(p, ca, cp),
+            },
+            ">= 70% raw",
+            None,
+            0.70,
+        ),
+    ]
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.2f}x"
+
+
+def table(store: str, plan: list[Row], got: dict[str, dict[str, list[float]]]) -> str:
+    lines = [
+        f"| workload ({store}) | unit | reventless | eventsourcing | raw | rv/es | rv/raw "
+        "| target | verdict |",
+        "|---|---|--:|--:|--:|--:|--:|---|---|",
+    ]
+    for r in plan:
+        med = {s: statistics.median(v) if v else None for s, v in got[r.key].items()}
+        rv_, es, raw = med.get("reventless"), med.get("eventsourcing"), med.get("raw")
+        ok = rv_ is not None
+        if r.es_min is not None:
+            ok = ok and es is not None and rv_ is not None and rv_ / es >= r.es_min
+        if r.raw_min is not None:
+            ok = ok and raw is not None and rv_ is not None and rv_ / raw >= r.raw_min
+        lines.append(
+            f"| {r.title} | {r.unit} | {_fmt(rv_)} | {_fmt(es)} | {_fmt(raw)} "
+            f"| {_ratio(rv_, es)} | {_ratio(rv_, raw)} | {r.target} "
+            f"| {'met' if ok else 'NOT met'} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.core", description=__doc__)
+    ap.add_argument("--store", choices=("sqlite", "postgres", "all"), default="all")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated row keys")
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args()
+    stores = ["sqlite", "postgres"] if a.store == "all" else [a.store]
+    only = {k for k in a.only.split(",") if k}
+    plans = {
+        s: [r for r in rows(a.quick, s == "postgres") if not only or r.key in only] for s in stores
+    }
+    got: dict[str, dict[str, dict[str, list[float]]]] = {
+        s: {r.key: {} for r in plan} for s, plan in plans.items()
+    }
+    cpu: dict[str, list[float]] = {}
+    started = perf()
+    with contextlib.ExitStack() as stack:
+        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rvcore-")))
+        server = stack.enter_context(PgServer()) if "postgres" in stores else None
+        for rnd in range(a.rounds):
+            order = SYSTEMS[rnd % 3 :] + SYSTEMS[: rnd % 3]
+            for store, plan in plans.items():
+                for r in plan:
+                    for system in order:
+                        fn = r.run.get(system)
+                        if fn is None:
+                            continue
+                        where: Where
+                        if server is not None and store == "postgres":
+                            where = server.new_db(f"{r.key}_{system[:3]}")
+                            server.checkpoint()
+                        else:
+                            where = Path(tempfile.mkdtemp(dir=root))
+                        gc.collect()
+                        v = fn(where)
+                        got[store][r.key].setdefault(system, []).append(v)
+                        print(
+                            f"round {rnd + 1}/{a.rounds} {store:<8} {r.key:<14} {system:<13} "
+                            f"{v:>12,.0f} {r.unit}",
+                            flush=True,
+                        )
+            if "sqlite" in stores and (not only or "cpu" in only):
+                for k, v in _cpu_rows(
+                    Path(tempfile.mkdtemp(dir=root)), 300 if a.quick else 3000
+                ).items():
+                    cpu.setdefault(k, []).append(v)
+                    print(f"round {rnd + 1}/{a.rounds} cpu      {k:<28} {v:8.1f} us/op")
+    command = "python -m bench.core" + (f" --store {a.store}" if a.store != "all" else "")
+    command += f" --rounds {a.rounds}" + (" --quick" if a.quick else "")
+    command += f" --only {a.only}" if a.only else ""
+    parts = [
+        "## Command path: the performance targets",
+        "",
+        f"Command: `{command}` ({a.rounds} rounds, contenders interleaved, medians; "
+        f"{perf() - started:.0f} s). SQLite: WAL and `synchronous=FULL` for all three; "
+        "PostgreSQL: the server's defaults (fsync on, synchronous_commit on).",
+        "",
+    ]
+    for store, plan in plans.items():
+        parts += [table(store, plan, got[store]), ""]
+    if cpu:
+        parts += [
+            "CPU time per command (SQLite, `synchronous=OFF`, `time.process_time`; the "
+            "reventless figures include its writer thread):",
+            "",
+            "| path | us CPU per command (median) |",
+            "|---|--:|",
+            *(f"| {k} | {statistics.median(v):.1f} |" for k, v in cpu.items()),
+        ]
+    text = "\n".join(parts)
+    print("\n" + text)
+    if a.out is not None:
+        put_block(a.out, "core", text)
+
+
+if __name__ == "__main__":
+    main()
