@@ -400,6 +400,13 @@ class Database:
             engine.dispose()
         self._writer_engine = self._reader_engine = None
 
+    def close_sync(self) -> None:
+        """Close the connections and engines of a database used only through ``open_sync``
+        and ``read_sync`` on the calling thread (a Spark executor's task): no worker
+        threads to stop."""
+        self._stop_listening()
+        self._dispose()
+
     async def close(self) -> None:
         """Dispose engines and stop the worker threads."""
         self._stop_listening()
