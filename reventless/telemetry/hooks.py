@@ -1,0 +1,379 @@
+"""The calls reventless makes at each point of interest: one per site, cheap when off.
+
+Each hook reads ``STATE`` once; with neither traces nor metrics on it returns the shared
+``NOOP`` context manager (or nothing) without allocating.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Protocol, TypeVar
+
+from . import tracing
+from .logs import fields
+from .metering import Backlogged, Lagging, saw
+from .state import STATE
+from .tracing import NOOP, first_of, span
+
+log = logging.getLogger("reventless.telemetry")
+_CM = contextlib.AbstractContextManager[Any]
+
+
+class Carrier(Protocol):
+    """A broker message as the hooks see it (``reventless.broker.Message``)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def partition(self) -> int | None: ...
+
+
+M = TypeVar("M", bound=Carrier)
+
+
+class _Measured:
+    """A span (if tracing) and a duration recorded on success (if metrics)."""
+
+    __slots__ = ("_done", "_span", "_t0")
+
+    def __init__(self, cm: _CM, done: Callable[[float], None] | None) -> None:
+        self._span, self._done, self._t0 = cm, done, 0.0
+
+    def __enter__(self) -> Any:
+        self._t0 = time.perf_counter()
+        return self._span.__enter__()
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        if et is None and self._done is not None:
+            self._done(time.perf_counter() - self._t0)
+        return self._span.__exit__(et, e, tb)
+
+
+# -- commands and appends ------------------------------------------------------------------
+
+
+def command(topic: str, name: str, aggregate_id: str) -> _CM:
+    """The span of one command's execution (decide, append, retries)."""
+    if STATE.tracer is None:
+        return NOOP
+    return span(
+        f"execute {name}",
+        {
+            "reventless.topic": topic,
+            "reventless.command": name,
+            "reventless.aggregate.id": aggregate_id,
+        },
+    )
+
+
+def appending(topic: str, events: int, system: str = "") -> _CM:
+    """One append transaction: a client span, its duration and the events appended."""
+    tracer, metrics = STATE.tracer, STATE.metrics
+    if tracer is None and metrics is None:
+        return NOOP
+    attrs = {"db.operation.name": "append", "db.collection.name": topic}
+    if system:
+        attrs["db.system.name"] = system
+    cm = span(f"append {topic}", attrs, kind=tracing.CLIENT) if tracer else NOOP
+    if metrics is None:
+        return cm
+
+    def done(seconds: float) -> None:
+        metrics.append_duration.record(seconds, attrs)
+        metrics.appended.add(events, {"db.collection.name": topic})
+
+    return _Measured(cm, done)
+
+
+def retried(topic: str, attempt: int, error: BaseException) -> None:
+    """A command clashed with another writer and is retried (logged, counted)."""
+    tracing.event("retry", {"reventless.attempt": attempt, "exception.message": str(error)})
+    if STATE.metrics is not None:
+        STATE.metrics.retries.add(1, {"db.collection.name": topic})
+    log.info(
+        "retrying a command on %s (attempt %d): %s",
+        topic,
+        attempt + 1,
+        error,
+        extra=fields("eventlog", topic=topic),
+    )
+
+
+# -- publishing and delivery ---------------------------------------------------------------
+
+
+async def publish(
+    send: Callable[[list[M]], Awaitable[None]],
+    topic: str,
+    messages: list[M],
+    traces: Callable[[], Sequence[str | None]],
+) -> None:
+    """The relay's publish of ``messages`` (through ``send``): a producer span continuing
+    the first event's trace (linking the others) whose context the messages carry."""
+    tracer, metrics = STATE.tracer, STATE.metrics
+    if tracer is None and metrics is None:
+        await send(messages)
+        return
+    for m in messages:
+        last = m.headers.get("rv-last")
+        if last is not None and last.isdigit():
+            saw(topic, m.partition or 0, int(last))
+    attrs = {"messaging.operation.name": "publish", "messaging.destination.name": topic}
+    t0 = time.perf_counter()
+    if tracer is None:
+        await send(messages)
+    else:
+        texts = traces()
+        with span(
+            f"publish {topic}",
+            {**attrs, "messaging.batch.message_count": len(messages)},
+            kind=tracing.PRODUCER,
+            parent=first_of(texts),
+            links_from=lambda: texts,
+        ):
+            extra = tracing.headers_of(tracing.traceparent())
+            if extra:
+                messages = [
+                    dataclasses.replace(m, headers={**m.headers, **extra})  # type: ignore[type-var]
+                    for m in messages
+                ]
+            await send(messages)
+    if metrics is not None:
+        metrics.publish_duration.record(time.perf_counter() - t0, attrs)
+        metrics.sent.add(len(messages), {"messaging.destination.name": topic})
+
+
+def _header_text(headers: Mapping[str, str]) -> str | None:
+    parent = headers.get("traceparent")
+    if not parent:
+        return None
+    state = headers.get("tracestate")
+    return f"{parent} {state}" if state else parent
+
+
+def receiving(group: str, messages: Sequence[Carrier]) -> _CM:
+    """A broker delivery to collector ``group``: a consumer span continuing the
+    publisher's context from the first message's headers (linking the others)."""
+    tracer, metrics = STATE.tracer, STATE.metrics
+    if tracer is None and metrics is None:
+        return NOOP
+    if not messages:
+        return NOOP
+    topic = messages[0].topic
+    if metrics is not None:
+        metrics.consumed.add(
+            len(messages),
+            {"messaging.consumer.group.name": group, "messaging.destination.name": topic},
+        )
+        for m in messages:
+            last = m.headers.get("rv-last")
+            if last is not None and last.isdigit():
+                saw(m.topic, m.partition or 0, int(last))
+    if tracer is None:
+        return NOOP
+    texts = [_header_text(m.headers) for m in messages]
+    return span(
+        f"receive {topic}",
+        {
+            "messaging.operation.name": "receive",
+            "messaging.consumer.group.name": group,
+            "messaging.destination.name": topic,
+            "messaging.batch.message_count": len(messages),
+        },
+        kind=tracing.CONSUMER,
+        parent=first_of(texts),
+        links_from=lambda: texts,
+    )
+
+
+def batch(
+    group: str,
+    topic: str,
+    partition: int,
+    size: int,
+    last: int,
+    traces: Callable[[], Sequence[str | None]],
+) -> _CM:
+    """A collector batch of ``size`` events up to offset ``last``: a span continuing the
+    first event's trace (linking the others' traces), its size and duration."""
+    tracer, metrics = STATE.tracer, STATE.metrics
+    if tracer is None and metrics is None:
+        return NOOP
+    saw(topic, partition, last)
+    attrs = {"messaging.consumer.group.name": group, "messaging.destination.name": topic}
+    cm: _CM = NOOP
+    if tracer is not None:
+        texts = traces()
+        cm = span(
+            f"process {topic}",
+            {
+                **attrs,
+                "messaging.operation.name": "process",
+                "messaging.destination.partition.id": str(partition),
+                "messaging.batch.message_count": size,
+            },
+            kind=tracing.CONSUMER,
+            parent=first_of(texts),
+            links_from=lambda: texts,
+        )
+    if metrics is None:
+        return cm
+
+    def done(seconds: float) -> None:
+        metrics.process_duration.record(seconds, attrs)
+        metrics.batch_size.record(size, attrs)
+        metrics.processed.add(size, attrs)
+
+    return _Measured(cm, done)
+
+
+def handling(group: str, topic: str, offset: int, trace: str | None) -> _CM:
+    """One handler call of a mapper or side effect, continuing the event's trace."""
+    if STATE.tracer is None:
+        return NOOP
+    return span(
+        f"handle {group}",
+        {
+            "messaging.consumer.group.name": group,
+            "messaging.destination.name": topic,
+            "reventless.offset": offset,
+        },
+        parent=trace,
+    )
+
+
+def sending(group: str, command: str, target: str) -> _CM:
+    """A mapper's command to ``target`` (the command's own span is its child)."""
+    if STATE.tracer is None:
+        return NOOP
+    return span(
+        f"send {command}",
+        {
+            "messaging.consumer.group.name": group,
+            "reventless.command": command,
+            "reventless.topic": target,
+        },
+        kind=tracing.PRODUCER,
+    )
+
+
+# -- dead letters, schedules, gateway, rebuilds -------------------------------------------
+
+
+def dead_lettered(group: str, topic: str, count: int, error: str = "") -> None:
+    """``count`` events of ``topic`` were dead-lettered by ``group``."""
+    if not count:
+        return
+    if STATE.metrics is not None:
+        STATE.metrics.dead_letters.add(
+            count, {"messaging.consumer.group.name": group, "messaging.destination.name": topic}
+        )
+    tracing.event("dead_letter", {"reventless.count": count})
+    log.warning(
+        "collector %s dead-lettered %d event(s) of %s%s",
+        group,
+        count,
+        topic,
+        f": {error}" if error else "",
+        extra=fields("collector", topic=topic),
+    )
+
+
+def redriven(group: str, resolved: int, failed: int) -> None:
+    """A redrive of ``group``'s dead letters finished."""
+    if STATE.metrics is not None:
+        attrs = {"messaging.consumer.group.name": group}
+        STATE.metrics.redrives.add(resolved, {**attrs, "reventless.outcome": "resolved"})
+        STATE.metrics.redrives.add(failed, {**attrs, "reventless.outcome": "failed"})
+    if resolved or failed:
+        log.info(
+            "collector %s redrive: %d resolved, %d still failing",
+            group,
+            resolved,
+            failed,
+            extra=fields("collector"),
+        )
+
+
+def firing(command: str, target: str, late_seconds: float, trace: str | None = None) -> _CM:
+    """A scheduled command fires ``late_seconds`` after it was due."""
+    if STATE.metrics is not None:
+        attrs = {"reventless.topic": target}
+        STATE.metrics.lateness.record(max(0.0, late_seconds), attrs)
+        STATE.metrics.fired.add(1, attrs)
+    if STATE.tracer is None:
+        return NOOP
+    return span(
+        f"fire {command}",
+        {
+            "reventless.command": command,
+            "reventless.topic": target,
+            "reventless.lateness_s": late_seconds,
+        },
+        parent=trace,
+    )
+
+
+def stream(opened: bool) -> None:
+    """A gateway SSE stream opened (True) or closed (False)."""
+    if STATE.metrics is not None:
+        STATE.metrics.streams.add(1 if opened else -1)
+
+
+def frames(count: int = 1) -> None:
+    """``count`` SSE frames were sent."""
+    if STATE.metrics is not None:
+        STATE.metrics.frames.add(count)
+
+
+def stage(model: str, name: str) -> _CM:
+    """A stage of a Spark rebuild of ``model`` (read, fold, write, swap...)."""
+    tracer, metrics = STATE.tracer, STATE.metrics
+    if tracer is None and metrics is None:
+        return NOOP
+    attrs = {"reventless.model": model, "reventless.stage": name}
+    cm = span(f"rebuild {model} {name}", attrs) if tracer else NOOP
+    if metrics is None:
+        return cm
+    return _Measured(cm, lambda s: metrics.rebuild_duration.record(s, attrs))
+
+
+def watch_relay(relay: Backlogged) -> None:
+    """Observe ``relay``'s backlog while it lives."""
+    if STATE.metrics is not None:
+        STATE.metrics.relays.add(relay)
+
+
+def watch_collector(collector: Lagging) -> None:
+    """Observe ``collector``'s lag while it lives."""
+    if STATE.metrics is not None:
+        STATE.metrics.collectors.add(collector)
+
+
+__all__ = [
+    "appending",
+    "batch",
+    "command",
+    "dead_lettered",
+    "firing",
+    "frames",
+    "handling",
+    "publish",
+    "receiving",
+    "redriven",
+    "retried",
+    "sending",
+    "stage",
+    "stream",
+    "watch_collector",
+    "watch_relay",
+]
