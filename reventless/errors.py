@@ -80,6 +80,18 @@ class CheckpointMovedError(ReventlessError):
         return (CheckpointMovedError, (self.component, self.topic, self.partition, self.stored))
 
 
+class StreamError(ReventlessError):
+    """A streaming projection cannot start or go on (``reventless.spark.stream``): an
+    unknown or unstreamable component, a bad trigger, a pipeline whose rows do not fit
+    the read model's table."""
+
+
+class StreamFencedError(StreamError):
+    """A streaming projection's batch found the read model's checkpoints moved by someone
+    else (a live collector still running it): nothing of the batch landed. Pause the live
+    collector before the stream takes the read model over (``hand_to_stream``)."""
+
+
 class KeyringError(ReventlessError):
     """Personal data cannot be sealed or opened: no master key, a malformed one, or a data
     key that does not open with it."""
