@@ -132,7 +132,7 @@ def _python_keys(df: DataFrame, plan: TopicPlan, keys: KeySource | None) -> Data
     from .arrow import from_spark
     from .fold import decode, opened_rows
 
-    arrow_in = to_arrow_schema(df.schema)
+    arrow_in = to_arrow_schema(df.schema, timezone="UTC")  # 4.3 asks; 4.0 assumed UTC
     arrow_out = arrow_in.append(pa.field("_gkey", pa.string()))
     recipe, name, handler = plan.recipe, plan.name, plan.handler
 
