@@ -1,9 +1,13 @@
 """The gateway's ASGI app: JSON endpoints for the subscription lifecycle, an SSE stream per
 subscription, consumer-group members, bearer tokens scoped to tenants.
 
-Endpoints (all but ``/health`` need ``Authorization: Bearer <token>``)::
+Endpoints (all but ``/health`` and ``/openapi.json`` need ``Authorization: Bearer
+<token>``; ``openapi.py`` lists them, with their inputs and answers, for both the routes
+built here and the OpenAPI document)::
 
     GET    /health
+    GET    /openapi.json                      the OpenAPI 3.1 document of this API
+    GET    /metrics                           Prometheus text (an operator token)
     GET    /topics
     POST   /subscriptions                     {"topic", "where"?, "columns"?, "types"?, "from"?}
     GET    /subscriptions
@@ -24,10 +28,11 @@ Endpoints (all but ``/health`` need ``Authorization: Bearer <token>``)::
 A token maps to a tenant (it sees only that tenant's subscriptions and events) or to
 ``None`` (an operator token: every tenant); the mapping may hold a token's hash instead of
 the token (``bearertoken.py``). Errors are JSON ``{"error": code, "detail"}``
-with 400 (bad input), 401 (token), 404 (unknown id or route, or another tenant's), 405,
-409 (ack beyond the head, lost lease), 410 (resnapshot required), 413 (body beyond
-``max_body_bytes``), 415 (a body that is not JSON); input is checked before anything is
-stored (``parse.py``). An unexpected failure is logged and answered with a JSON 500.
+with 400 (bad input), 401 (token), 403 (``/metrics`` with a tenant's token), 404 (unknown
+id or route, or another tenant's), 405, 409 (ack beyond the head, lost lease), 410
+(resnapshot required), 413 (body beyond ``max_body_bytes``), 415 (a body that is not
+JSON); input is checked before anything is stored (``parse.py``). An unexpected failure
+is logged and answered with a JSON 500.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from ..subscribe import (
 )
 from . import sse
 from .bearertoken import BearerTokens
+from .openapi import document, operations
 from .parse import (
     check_fields,
     check_length,
@@ -419,26 +425,52 @@ def create_app(
             if owned:
                 await subs.shutdown()
 
-    sub = "/subscriptions/{id}"
-    member_path = sub + "/members/{worker}"
+    async def openapi(_: Request) -> Response:
+        return JSONResponse(api_document)
+
+    async def metrics(_: Request, tenant: str | None) -> Response:
+        if tenant is not None:  # metrics span every tenant's topics
+            return _error(403, "forbidden", "metrics need an operator token (no tenant)")
+        from ..telemetry import prometheus_text  # the prometheus extra is optional
+
+        body, content_type = prometheus_text()
+        return Response(body, headers={"Content-Type": content_type})
+
+    api = operations(opts.max_limit)
+    api_document = document(opts.max_limit)
+    public: dict[str, Callable[[Request], Awaitable[Response]]] = {
+        "health": health,
+        "openapi": openapi,
+    }
+    guarded: dict[str, Handler] = {
+        "metrics": metrics,
+        "topics": topics,
+        "create": create,
+        "listing": listing,
+        "status": status,
+        "close": close,
+        "events": events,
+        "stream": stream,
+        "mint_stream_token": mint_stream_token,
+        "ack": ack,
+        "seek": seek,
+        "pause": pause,
+        "resume": resume,
+        "heartbeat": heartbeat,
+        "member_events": member_events,
+        "member_ack": member_ack,
+        "member_leave": member_leave,
+    }
     routes = [
-        Route("/health", health),
-        Route("/topics", endpoint(topics)),
-        Route("/subscriptions", endpoint(create), methods=["POST"]),
-        Route("/subscriptions", endpoint(listing), methods=["GET"]),
-        Route(sub, endpoint(status), methods=["GET"]),
-        Route(sub, endpoint(close), methods=["DELETE"]),
-        Route(sub + "/events", endpoint(events)),
-        Route(sub + "/stream", endpoint(stream, stream_token=True)),
-        Route(sub + "/stream-tokens", endpoint(mint_stream_token), methods=["POST"]),
-        Route(sub + "/ack", endpoint(ack), methods=["POST"]),
-        Route(sub + "/seek", endpoint(seek), methods=["POST"]),
-        Route(sub + "/pause", endpoint(pause), methods=["POST"]),
-        Route(sub + "/resume", endpoint(resume), methods=["POST"]),
-        Route(member_path + "/heartbeat", endpoint(heartbeat), methods=["POST"]),
-        Route(member_path + "/events", endpoint(member_events)),
-        Route(member_path + "/ack", endpoint(member_ack), methods=["POST"]),
-        Route(member_path, endpoint(member_leave), methods=["DELETE"]),
+        Route(
+            op.path,
+            public[op.name]
+            if op.auth == "none"
+            else endpoint(guarded[op.name], stream_token=op.auth == "stream"),
+            methods=[op.method],
+            name=op.name,
+        )
+        for op in api
     ]
     middleware = []
     if opts.cors_origins:

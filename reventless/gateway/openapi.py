@@ -1,0 +1,600 @@
+"""The gateway's HTTP API as data: ``OPERATIONS`` lists every route (method, path, handler
+name, auth, parameters, body, answers) and ``create_app`` builds its routes from it, so the
+OpenAPI 3.1 document (``document``, served at ``GET /openapi.json``) cannot drift from
+what the gateway serves.
+
+Errors are JSON ``{"error": code, "detail": text}`` (``#/components/schemas/Error``); the
+SSE stream is ``text/event-stream``; ``/metrics`` is the Prometheus text format.
+
+Example::
+
+    doc = document(max_limit=10_000)
+    doc["paths"]["/subscriptions/{id}/ack"]["post"]["requestBody"]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..subscribe.encode import EVENT_NAMES
+from .parse import MAX_INT
+
+#: ``none``: public; ``bearer``: ``Authorization: Bearer <token>``; ``stream``: a bearer
+#: token or a stream token in ``?access_token=`` (browsers' EventSource); ``operator``: a
+#: bearer token of no tenant (an operator's).
+Auth = Literal["none", "bearer", "stream", "operator"]
+Method = Literal["GET", "POST", "DELETE"]
+
+_JSON = "application/json"
+_SSE = "text/event-stream"
+_PROMETHEUS = "text/plain"
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A query, path or header parameter."""
+
+    name: str
+    where: Literal["query", "path", "header"]
+    schema: Mapping[str, Any]
+    description: str
+    required: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One response: a description and its body (a component schema name, or an inline
+    schema) in ``media``; ``schema`` None: no body schema."""
+
+    description: str
+    schema: str | Mapping[str, Any] | None = None
+    media: str = _JSON
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One route: ``name`` is the operationId and the handler ``create_app`` binds."""
+
+    method: Method
+    path: str
+    name: str
+    summary: str
+    answers: Mapping[int, Answer]
+    auth: Auth = "bearer"
+    #: The JSON body's component schema (None: no body).
+    body: str | None = None
+    body_required: bool = True
+    params: tuple[Param, ...] = ()
+    tags: tuple[str, ...] = ("subscriptions",)
+    description: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+_ERRORS = {
+    400: "Bad input (unknown field, malformed value, bad predicate, NUL or lone surrogate).",
+    401: "A valid bearer token is required (or a valid stream token).",
+    403: "The token is a tenant's; this route needs an operator token.",
+    404: "Unknown subscription, topic or member (or another tenant's).",
+    409: "Ack beyond the head, or a lost lease.",
+    410: "The cursor is behind the retained horizon: resnapshot required.",
+    413: "The body is larger than the gateway's max_body_bytes.",
+    415: "The body is not application/json.",
+    500: "An unexpected failure (logged by the gateway).",
+}
+
+
+def _errors(*codes: int) -> dict[int, Answer]:
+    return {c: Answer(_ERRORS[c], "Error") for c in (*codes, 500)}
+
+
+def _path(name: str, description: str, **schema: Any) -> Param:
+    return Param(name, "path", {"type": "string", **schema}, description, True)
+
+
+def _query_int(name: str, description: str, low: int, high: int | None = None) -> Param:
+    bounds = {"minimum": low, "maximum": MAX_INT if high is None else high}
+    return Param(name, "query", {"type": "integer", **bounds}, description)
+
+
+_ID = _path("id", "The subscription id.", minLength=1)
+_WORKER = _path("worker", "The worker (group member) id.", minLength=1, maxLength=200)
+_LIST = {"type": "string"}
+_COLUMNS = Param("columns", "query", _LIST, "Project events to these names (comma separated).")
+_TYPES = Param("types", "query", _LIST, "Only these event types (comma separated).")
+_FROM = _query_int("from", "First offset to read (default: after the acked offset).", 1)
+_LIMIT = "limit"
+
+_SSE_DESCRIPTION = (
+    "Server-Sent Events: `id: <offset>` / `event: event` / `data: <event JSON>` per event; "
+    "control events without id: `paused`, `resumed`, `backpressure` "
+    '(`{"backlog", "head"}`), `resnapshot` and `closed` (`{"reason"}`: `closed` or '
+    "`shutdown`), which end the stream; comment lines keep an idle connection open. "
+    "Reconnect with `Last-Event-ID` to resume after the last event received."
+)
+
+
+def operations(max_limit: int = 10_000) -> tuple[Operation, ...]:
+    """Every route of the gateway (``max_limit``: the largest page a client may ask for)."""
+    limit = _query_int(_LIMIT, f"Events per page (1..{max_limit}; default 100).", 1, max_limit)
+    sub, member = "/subscriptions/{id}", "/subscriptions/{id}/members/{worker}"
+    common = (400, 401, 413)
+    return (
+        Operation(
+            "GET",
+            "/health",
+            "health",
+            "Liveness",
+            {200: Answer("Up.", "Health")},
+            "none",
+            tags=("gateway",),
+        ),
+        Operation(
+            "GET",
+            "/openapi.json",
+            "openapi",
+            "This document",
+            {200: Answer("The OpenAPI 3.1 document of this gateway.", {"type": "object"})},
+            "none",
+            tags=("gateway",),
+        ),
+        Operation(
+            "GET",
+            "/metrics",
+            "metrics",
+            "Prometheus metrics",
+            {
+                200: Answer(
+                    "The current metrics in the Prometheus text exposition format.",
+                    {"type": "string"},
+                    _PROMETHEUS,
+                ),
+                **_errors(400, 401, 403, 413),
+            },
+            "operator",
+            tags=("gateway",),
+        ),
+        Operation(
+            "GET",
+            "/topics",
+            "topics",
+            "Topics the token may subscribe to",
+            {
+                200: Answer("The topics.", {"type": "array", "items": {"$ref": _ref("Topic")}}),
+                **_errors(*common),
+            },
+        ),
+        Operation(
+            "POST",
+            "/subscriptions",
+            "create",
+            "Create a subscription",
+            {201: Answer("Created; its status.", "Status"), **_errors(*common, 404, 415)},
+            body="CreateSubscription",
+        ),
+        Operation(
+            "GET",
+            "/subscriptions",
+            "listing",
+            "List subscription ids",
+            {
+                200: Answer("The ids.", {"type": "array", "items": {"type": "string"}}),
+                **_errors(*common),
+            },
+        ),
+        Operation(
+            "GET",
+            sub,
+            "status",
+            "A subscription's status",
+            {200: Answer("Its status.", "Status"), **_errors(*common, 404)},
+            params=(_ID,),
+        ),
+        Operation(
+            "DELETE",
+            sub,
+            "close",
+            "Close a subscription",
+            {200: Answer("Closed.", "Closed"), **_errors(*common, 404)},
+            params=(_ID,),
+        ),
+        Operation(
+            "GET",
+            sub + "/events",
+            "events",
+            "A page of events",
+            {200: Answer("The page.", "Page"), **_errors(*common, 404, 410)},
+            params=(_ID, _FROM, limit, _COLUMNS, _TYPES),
+        ),
+        Operation(
+            "GET",
+            sub + "/stream",
+            "stream",
+            "The subscription's events as Server-Sent Events",
+            {
+                200: Answer(_SSE_DESCRIPTION, {"type": "string"}, _SSE),
+                **_errors(*common, 404, 410),
+            },
+            "stream",
+            params=(
+                _ID,
+                _FROM,
+                _COLUMNS,
+                _TYPES,
+                Param(
+                    "access_token",
+                    "query",
+                    {"type": "string"},
+                    "A stream token (POST .../stream-tokens) instead of the Authorization "
+                    "header, for EventSource.",
+                ),
+                Param(
+                    "Last-Event-ID",
+                    "header",
+                    {"type": "string", "pattern": "^[0-9]{1,19}$"},
+                    "Resume after this offset (sent by EventSource when it reconnects).",
+                ),
+            ),
+            description=_SSE_DESCRIPTION,
+        ),
+        Operation(
+            "POST",
+            sub + "/stream-tokens",
+            "mint_stream_token",
+            "Mint a short-lived stream token for EventSource",
+            {201: Answer("The token.", "StreamToken"), **_errors(*common, 404, 415)},
+            body="Empty",
+            body_required=False,
+            params=(_ID,),
+        ),
+        Operation(
+            "POST",
+            sub + "/ack",
+            "ack",
+            "Acknowledge up to an offset",
+            {200: Answer("The acked offset.", "Acked"), **_errors(*common, 404, 409, 415)},
+            body="Offset",
+            params=(_ID,),
+        ),
+        Operation(
+            "POST",
+            sub + "/seek",
+            "seek",
+            "Move the cursor to an offset (back or forth)",
+            {200: Answer("The acked offset.", "Acked"), **_errors(*common, 404, 409, 415)},
+            body="Offset",
+            params=(_ID,),
+        ),
+        Operation(
+            "POST",
+            sub + "/pause",
+            "pause",
+            "Pause a subscription",
+            {200: Answer("Its status.", "Status"), **_errors(*common, 404)},
+            params=(_ID,),
+        ),
+        Operation(
+            "POST",
+            sub + "/resume",
+            "resume",
+            "Resume a paused subscription",
+            {200: Answer("Its status.", "Status"), **_errors(*common, 404)},
+            params=(_ID,),
+        ),
+        Operation(
+            "POST",
+            member + "/heartbeat",
+            "heartbeat",
+            "Join the consumer group or stay in it (claims partition leases)",
+            {200: Answer("The member's leases.", "Leases"), **_errors(*common, 404, 415)},
+            body="Heartbeat",
+            body_required=False,
+            params=(_ID, _WORKER),
+            tags=("consumer groups",),
+        ),
+        Operation(
+            "GET",
+            member + "/events",
+            "member_events",
+            "A page of events of the member's partitions",
+            {200: Answer("The page.", "Page"), **_errors(*common, 404, 409, 410)},
+            params=(_ID, _WORKER, limit),
+            tags=("consumer groups",),
+        ),
+        Operation(
+            "POST",
+            member + "/ack",
+            "member_ack",
+            "Acknowledge a partition up to an offset under a lease epoch",
+            {200: Answer("The acked offset.", "Acked"), **_errors(*common, 404, 409, 415)},
+            body="MemberAck",
+            params=(_ID, _WORKER),
+            tags=("consumer groups",),
+        ),
+        Operation(
+            "DELETE",
+            member,
+            "member_leave",
+            "Leave the consumer group (releases the member's leases)",
+            {200: Answer("Left.", "Left"), **_errors(*common, 404)},
+            params=(_ID, _WORKER),
+            tags=("consumer groups",),
+        ),
+    )
+
+
+def _ref(name: str) -> str:
+    return f"#/components/schemas/{name}"
+
+
+_INT = {"type": "integer", "minimum": 0, "maximum": MAX_INT}
+_STATE = {"type": "string", "enum": ["active", "paused", "closed"]}
+_NULLABLE_TEXT = {"type": ["string", "null"]}
+_NULLABLE_LIST = {"type": ["array", "null"], "items": {"type": "string"}}
+_LEASES = {
+    "type": "object",
+    "description": "Partition -> lease epoch.",
+    "additionalProperties": _INT,
+    "propertyNames": {"pattern": "^[0-9]+$"},
+}
+
+#: The component schemas: response bodies, then request bodies.
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "properties": {
+            "error": {"type": "string", "description": "A stable code (not_found, ...)."},
+            "detail": {"type": "string", "description": "What was wrong, for people."},
+        },
+        "required": ["error", "detail"],
+    },
+    "Health": {"type": "object", "properties": {"ok": {"const": True}}, "required": ["ok"]},
+    "Topic": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "partitions": {"type": "integer", "minimum": 1},
+            "columns": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Names a subscription's `columns` may list.",
+            },
+        },
+        "required": ["name", "partitions", "columns"],
+    },
+    "Status": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "topic": {"type": "string"},
+            "where": _NULLABLE_TEXT,
+            "columns": _NULLABLE_LIST,
+            "types": _NULLABLE_LIST,
+            "tenant": _NULLABLE_TEXT,
+            "state": _STATE,
+            "acked": _INT,
+            "head": _INT,
+            "lag": _INT,
+            "horizon": _INT,
+            "resnapshot_distance": {"type": ["integer", "null"]},
+            "resnapshot_required": {"type": "boolean"},
+            "partitions": {
+                "type": "array",
+                "description": "Consumer-group partitions (empty without members).",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "partition": _INT,
+                        "owner": _NULLABLE_TEXT,
+                        "epoch": _INT,
+                        "acked": _INT,
+                    },
+                    "required": ["partition", "owner", "epoch", "acked"],
+                },
+            },
+        },
+        "required": [
+            "id",
+            "topic",
+            "where",
+            "columns",
+            "types",
+            "tenant",
+            "state",
+            "acked",
+            "head",
+            "lag",
+            "horizon",
+            "resnapshot_distance",
+            "resnapshot_required",
+            "partitions",
+        ],
+    },
+    "Event": {
+        "type": "object",
+        "description": "One event, projected to the subscription's (or the request's) "
+        "columns; `offset` is always there, the event's fields are under `data`.",
+        "properties": {
+            **{name: {} for name in EVENT_NAMES.values()},
+            "offset": {"type": "integer", "minimum": 1},
+            "type": {"type": "string"},
+            "key": _NULLABLE_TEXT,
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "data": {"type": "object"},
+        },
+        "required": ["offset"],
+        "additionalProperties": False,
+    },
+    "Page": {
+        "type": "object",
+        "properties": {
+            "events": {"type": "array", "items": {"$ref": _ref("Event")}},
+            "next_offset": {"type": "integer", "minimum": 1},
+            "head": _INT,
+            "lag": _INT,
+            "state": _STATE,
+            "leases": _LEASES,
+        },
+        "required": ["events", "next_offset", "head", "lag", "state"],
+    },
+    "Closed": {
+        "type": "object",
+        "properties": {"id": {"type": "string"}, "state": _STATE},
+        "required": ["id", "state"],
+    },
+    "Acked": {"type": "object", "properties": {"acked": _INT}, "required": ["acked"]},
+    "StreamToken": {
+        "type": "object",
+        "properties": {
+            "token": {"type": "string"},
+            "expires_at": {"type": "number", "description": "Unix time."},
+        },
+        "required": ["token", "expires_at"],
+    },
+    "Leases": {
+        "type": "object",
+        "properties": {
+            "leases": _LEASES,
+            "granted_at": {"type": "number"},
+            "expires_at": {"type": "number"},
+        },
+        "required": ["leases", "granted_at", "expires_at"],
+    },
+    "Left": {"type": "object", "properties": {"left": {"const": True}}, "required": ["left"]},
+    "CreateSubscription": {
+        "type": "object",
+        "properties": {
+            "topic": {"type": "string"},
+            "where": {"type": "string", "description": "SQL-style predicate on the events."},
+            "columns": {"type": "array", "items": {"type": "string"}},
+            "types": {"type": "array", "items": {"type": "string"}},
+            "from": {
+                "description": "First offset, or `latest` (only events after the head).",
+                "oneOf": [
+                    {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+                    {"const": "latest"},
+                ],
+            },
+            "id": {"type": "string", "pattern": "^[A-Za-z0-9._~-]{1,64}$"},
+        },
+        "required": ["topic"],
+        "additionalProperties": False,
+    },
+    "Offset": {
+        "type": "object",
+        "properties": {"offset": _INT},
+        "required": ["offset"],
+        "additionalProperties": False,
+    },
+    "MemberAck": {
+        "type": "object",
+        "properties": {"partition": _INT, "offset": _INT, "epoch": _INT},
+        "required": ["partition", "offset", "epoch"],
+        "additionalProperties": False,
+    },
+    "Heartbeat": {
+        "type": "object",
+        "properties": {
+            "ttl": {
+                "type": "number",
+                "minimum": 0.05,
+                "maximum": 3600,
+                "description": "Seconds the member's leases last without a heartbeat (default 10).",
+            }
+        },
+        "additionalProperties": False,
+    },
+    "Empty": {"type": "object", "additionalProperties": False},
+}
+
+
+def _operation(op: Operation) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "operationId": op.name,
+        "summary": op.summary,
+        "tags": list(op.tags),
+        "responses": {},
+    }
+    if op.description:
+        out["description"] = op.description
+    if op.params:
+        out["parameters"] = [
+            {
+                "name": p.name,
+                "in": p.where,
+                "required": p.required,
+                "description": p.description,
+                "schema": dict(p.schema),
+            }
+            for p in op.params
+        ]
+    if op.body is not None:
+        out["requestBody"] = {
+            "required": op.body_required,
+            "content": {_JSON: {"schema": {"$ref": _ref(op.body)}}},
+        }
+    out["security"] = {
+        "none": [],
+        "bearer": [{"bearer": []}],
+        "operator": [{"bearer": []}],
+        "stream": [{"bearer": []}, {"streamToken": []}],
+    }[op.auth]
+    for status, answer in op.answers.items():
+        resp: dict[str, Any] = {"description": answer.description}
+        if answer.schema is not None:
+            schema = (
+                {"$ref": _ref(answer.schema)}
+                if isinstance(answer.schema, str)
+                else dict(answer.schema)
+            )
+            resp["content"] = {answer.media: {"schema": schema}}
+        if status == 401:
+            resp["headers"] = {
+                "WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}
+            }
+        out["responses"][str(status)] = resp
+    return out
+
+
+def document(max_limit: int = 10_000, *, title: str = "reventless gateway") -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the gateway's routes (``operations(max_limit)``)."""
+    paths: dict[str, dict[str, Any]] = {}
+    for op in operations(max_limit):
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": title,
+            "version": "1",
+            "description": "Durable subscriptions to reventless topics over JSON and "
+            "Server-Sent Events, with consumer groups and bearer tokens scoped to tenants. "
+            'Errors are JSON `{"error", "detail"}`.',
+        },
+        "tags": [
+            {"name": "gateway", "description": "Health, this document, metrics."},
+            {"name": "subscriptions", "description": "A subscription's lifecycle and events."},
+            {"name": "consumer groups", "description": "Workers sharing a subscription."},
+        ],
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A token the gateway maps to a tenant (or to every "
+                    "tenant: an operator token).",
+                },
+                "streamToken": {
+                    "type": "apiKey",
+                    "in": "query",
+                    "name": "access_token",
+                    "description": "A stream token (POST /subscriptions/{id}/stream-tokens).",
+                },
+            },
+        },
+    }
+
+
+__all__ = ["SCHEMAS", "Answer", "Auth", "Operation", "Param", "document", "operations"]
