@@ -36,8 +36,8 @@ def case(name: str, line: str, *needles: str) -> Any:
 
 
 CASES = [
-    case("no-command", "", "required: COMMAND"),
-    case("unknown-command", "bogus", "invalid choice: 'bogus'"),
+    case("no-command", "", "Missing command", "reventless --help"),
+    case("unknown-command", "bogus", "No such command 'bogus'"),
     case("bad-store-scheme", "topics --store foo://x", "unsupported store URL scheme"),
     case("unparsable-store", "topics --store ::", "cannot parse store URL"),
     case("missing-sqlite-file", "topics --store sqlite:///{tmp}/none.db", "no store at"),
@@ -47,7 +47,12 @@ CASES = [
     case("unreachable-db", "topics --store postgresql://u@127.0.0.1:{port}/x", "cannot open"),
     case("unknown-topic", "tail Nope --store {store}", "no topic 'Nope'"),
     case("follow-unknown-topic", "tail Nope -f --store {store}", "no topic 'Nope'"),
-    case("tail-no-topic", "tail --store {store}", "required: topic"),
+    case(
+        "tail-no-topic",
+        "tail --store {store}",
+        "Missing argument 'topic'",
+        "reventless tail --help",
+    ),
     case("tail-from-zero", "tail Counter --from 0 --store {store}", "--from"),
     case("tail-from-text", "tail Counter --from x --store {store}", "'x'"),
     case("tail-limit-negative", "tail Counter --limit -1", "--limit", "'-1'"),
@@ -61,7 +66,7 @@ CASES = [
         "dead-letters --broker foo://x --store {store}",
         "unknown broker URL scheme",
     ),
-    case("redrive-no-app", "redrive c", "required: --app"),
+    case("redrive-no-app", "redrive c", "Missing option '--app'"),
     case("redrive-app-no-colon", "redrive c --app factories", "module:attribute"),
     case(
         "redrive-no-module",
@@ -83,7 +88,7 @@ CASES = [
         "must accept a store keyword",
     ),
     case("redrive-unknown-component", "redrive c --app factories:the_app", "collects no 'c'"),
-    case("serve-no-tokens", "serve", "required: --tokens-file"),
+    case("serve-no-tokens", "serve", "Missing option '--tokens-file'"),
     case("serve-missing-tokens", "serve --tokens-file {tmp}/none.json", "No such file"),
     case("serve-tokens-not-json", "serve --tokens-file {tmp}/factories.py", "not JSON"),
     case(
@@ -106,7 +111,7 @@ CASES = [
         "cannot open store",
     ),
     case("synth-bad-dialect", "infra synth --app factories:the_app --dialect mysql", "--dialect"),
-    case("synth-no-subcommand", "infra", "required: COMMAND"),
+    case("synth-no-subcommand", "infra", "Missing command", "reventless infra --help"),
     case(
         "synth-out-is-a-file",
         "infra synth --app factories:the_app --out {tmp}/tokens.json"
