@@ -8,6 +8,7 @@ Example::
     async with app:
         report = await rv.spark.rebuild(directory, app)            # local[*]
         df = await rv.spark.read_log(customers)                     # the log, typed
+    spark.read.format("reventless").option("store", url).option("topic", "Order").load()
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .arrow import from_spark, spark_schema, to_spark
+from .datasource import LogSource, register
 from .fold import RebuildError
 from .rebuild import RebuildReport, plan, rebuild
 from .segments import SegmentExport, export_segments
@@ -27,6 +29,7 @@ from .session import default_master, jdbc_jar, session
 from .source import Source, read_log
 
 __all__ = [
+    "LogSource",
     "RebuildError",
     "RebuildReport",
     "SegmentExport",
@@ -38,6 +41,7 @@ __all__ = [
     "plan",
     "read_log",
     "rebuild",
+    "register",
     "session",
     "spark_schema",
     "to_spark",

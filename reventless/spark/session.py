@@ -47,8 +47,11 @@ def session(
     executors running this interpreter, and the PostgreSQL JDBC driver on the class path
     when it is installed. ``conf`` overrides any of them. A process has one Spark
     driver: asking for another master while a session runs raises ``ReventlessError``.
+    The ``reventless`` data source is registered on it (``datasource.register``).
     """
     from pyspark.sql import SparkSession
+
+    from .datasource import register
 
     master = master or default_master()
     active = SparkSession.getActiveSession()
@@ -59,6 +62,7 @@ def session(
                 f"a Spark session on {running!r} already runs in this process; "
                 f"stop it before using {master!r}"
             )
+        register(active)
         return active
     # PySpark takes the executors' interpreter from the environment when it creates the
     # context; default to this one (the one with reventless and the handlers installed).
@@ -85,4 +89,5 @@ def session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("REVENTLESS_SPARK_LOG", "ERROR"))
+    register(spark)
     return spark
