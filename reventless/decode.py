@@ -25,6 +25,7 @@ from .codec import (
     SCHEMA_VERSION_AT,
     TAGS_COLUMN,
     TENANT_AT,
+    TRACE_AT,
     TYPE_AT,
     VERSION_AT,
     Plaintext,
@@ -170,5 +171,6 @@ def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any
         row[SCHEMA_VERSION_AT],
         row[ROW_IDX_AT],
         () if tags_at is None else tags_of(row[tags_at]),
+        row[TRACE_AT],
     )
     return _tuple_new(Envelope, fields)

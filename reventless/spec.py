@@ -407,6 +407,8 @@ class Envelope(NamedTuple, Generic[E]):
     schema_version: int = 1
     row_idx: int = 0
     tags: tuple[str, ...] = ()
+    #: The W3C trace context of the command that appended it (``reventless.telemetry``).
+    trace: str | None = None
 
     @property
     def produced_at(self) -> datetime:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from . import telemetry
 from .codec import TopicSchema
 from .codec.ipc import COMPRESSIONS, Compression
 from .errors import SpecError
@@ -58,8 +59,10 @@ def partition_of(aggregate_id: str | None, partitions: int) -> int:
 
 
 #: The metadata a caller gives every row of one append: correlation id, causation id, user,
-#: service, ip, tenant (``META_NAMES`` order).
-RowContext = tuple[str | None, str | None, str | None, str | None, str | None, str | None]
+#: service, ip, tenant (``META_NAMES`` order), and the trace context of the append.
+RowContext = tuple[
+    str | None, str | None, str | None, str | None, str | None, str | None, str | None
+]
 #: One row's own metadata and field values: aggregate id, version, type, schema version,
 #: partition, fields.
 RowEntry = tuple[str | None, int | None, str, int, int, Sequence[Any]]
@@ -75,7 +78,8 @@ def row_context(
 ) -> RowContext:
     """The metadata every row of one append shares: ``meta``'s, with ``service`` where
     ``meta`` names none. A command's rows are caused by its ``command_id`` and correlated
-    by it (or, without one, by the append's ``first_id``) unless ``meta`` says otherwise."""
+    by it (or, without one, by the append's ``first_id``) unless ``meta`` says otherwise;
+    the current span's trace context (``telemetry.traceparent``) goes with them."""
     return (
         meta.correlation_id or command_id or first_id,
         meta.causation_id or command_id,
@@ -83,6 +87,7 @@ def row_context(
         meta.service or service,
         meta.ip,
         tenant,
+        telemetry.traceparent(),
     )
 
 
@@ -93,7 +98,7 @@ def stored_rows(
     it when it appends), then the fields. The one builder of the metadata columns, for
     aggregate events and schema-topic rows alike. Row ``i`` has ``_row_idx`` ``i`` and
     message id ``ids[i]``; all rows share ``produced_us`` and ``context``."""
-    correlation, causation, user, service, ip, tenant = context
+    correlation, causation, user, service, ip, tenant, trace = context
     return [
         (
             i,
@@ -110,6 +115,7 @@ def stored_rows(
             ip,
             tenant,
             partition,
+            trace,
             *fields,
         )
         for i, (aggregate_id, version, type_name, schema_version, partition, fields) in enumerate(

@@ -49,6 +49,8 @@ META_FIELDS: tuple[pa.Field, ...] = tuple(
         *((n, pa.string()) for n in ("_correlation_id", "_causation_id", "_user")),
         *((n, pa.string()) for n in ("_service", "_ip", "_tenant")),
         ("_partition", pa.int32()),
+        # the W3C trace context of the command that appended it (reventless.telemetry)
+        ("_trace", pa.string()),
     ]
 )
 """The log's metadata columns, in storage order, before every topic's field columns."""
@@ -71,6 +73,7 @@ MSG_ID_AT = META_NAMES.index("_msg_id")
 CORRELATION_AT = META_NAMES.index("_correlation_id")
 TENANT_AT = META_NAMES.index("_tenant")
 PARTITION_AT = META_NAMES.index("_partition")
+TRACE_AT = META_NAMES.index("_trace")
 
 META_SQL_KINDS: tuple[SqlKind, ...] = tuple(
     "text" if pa.types.is_string(f.type) else "int" for f in META_FIELDS

@@ -72,6 +72,10 @@ def field_column(c: Column) -> sa.Column[Any]:
 def evolve(db: Database, conn: Connection, topic: TopicDef, table: str) -> None:
     """Bring a stored topic table to a changed spec: only nullable columns may be added."""
     existing = {c["name"]: c for c in sa.inspect(conn).get_columns(table)}
+    for f, kind in zip(META_FIELDS, META_SQL_KINDS, strict=True):
+        if f.name not in existing and f.nullable:  # a metadata column added since (_trace)
+            col_type = KIND_TYPES[kind]().compile(dialect=conn.dialect)
+            conn.exec_driver_sql(f"ALTER TABLE {db.q(table)} ADD COLUMN {db.q(f.name)} {col_type}")
     for c in topic.schema.columns:
         have = existing.get(c.name)
         if have is None:

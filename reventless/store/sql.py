@@ -257,7 +257,8 @@ class SqlEventStore:
                     f"topic {topic.name!r} is stored pinned to tenant {row.tenant!r}, "
                     f"declared with {topic.tenant!r}"
                 )
-            if row.fingerprint != schema.fingerprint:
+            # (a stored Arrow schema that differs: metadata columns added since, _trace)
+            if row.fingerprint != schema.fingerprint or row.arrow_schema != encoded:
                 evolve(self.db, conn, topic, row.table_name)
                 create_tag_index(self.db, conn, topic, row.table_name)
                 conn.execute(

@@ -229,9 +229,9 @@ _DAYS = timedelta(days=10**5)
 
 def _meta(i: int, key: str | None, micros: int) -> tuple[Any, ...]:
     # _offset, _row_idx, _produced_at, _aggregate_id, _version, _type, _schema_version,
-    # _msg_id, _correlation_id, _causation_id, _user, _service, _ip, _tenant, _partition
-    assert len(META_NAMES) == 15
-    return (i, 0, micros, key, i, "", 1, f"m{i}", None, None, key, None, None, None, 0)
+    # _msg_id, _correlation_id, _causation_id, _user, _service, _ip, _tenant, _partition, _trace
+    assert len(META_NAMES) == 16
+    return (i, 0, micros, key, i, "", 1, f"m{i}", None, None, key, None, None, None, 0, None)
 
 
 @settings(max_examples=60, deadline=None)

@@ -164,6 +164,7 @@ def _meta(offset: int, produced: int, type_name: str) -> tuple[Any, ...]:
         None,
         "t",
         0,
+        None,
     )
 
 
@@ -323,7 +324,7 @@ def test_schema_and_fingerprint_are_deterministic() -> None:
 
 def test_meta_fields_contract() -> None:
     assert META_NAMES[:3] == ("_offset", "_row_idx", "_produced_at")
-    assert len(META_FIELDS) == len(META_NAMES) == len(META_SQL_KINDS) == 15
+    assert len(META_FIELDS) == len(META_NAMES) == len(META_SQL_KINDS) == 16
     assert META_FIELDS[2].type == pa.timestamp("us", tz="UTC")
     not_null = {f.name for f in META_FIELDS if not f.nullable}
     assert not_null == {
@@ -492,7 +493,7 @@ def test_cdc_topic_round_trip() -> None:
     }
     encode = topic.encoder("ignored")
     assert [encode(r) for r in table.to_pylist()] == fields
-    meta = (9, 0, 0, None, None, "cdc", 1, "m", None, None, None, None, None, None, 0)
+    meta = (9, 0, 0, None, None, "cdc", 1, "m", None, None, None, None, None, None, 0, None)
     batch = topic.to_arrow([(*meta, *f) for f in fields])
     assert batch.select(CDC.names).equals(pa.RecordBatch.from_pylist(table.to_pylist(), schema=CDC))
     assert [r[len(META_NAMES) :] for r in topic.from_arrow_rows(batch, with_meta=True)] == fields
@@ -552,7 +553,7 @@ def test_arrow_topic_with_nested_and_temporal_columns() -> None:
     values = topic.encoder("")(row)
     assert values[0] == "2020-01-01T00:00:00.000000+00:00"
     assert topic.decode("", values) == row
-    meta = (1, 0, 0, None, None, "mixed", 1, "m", None, None, None, None, None, None, 0)
+    meta = (1, 0, 0, None, None, "mixed", 1, "m", None, None, None, None, None, None, 0, None)
     batch = topic.to_arrow([(*meta, *values)])
     assert batch.to_pylist()[0]["info"] == row["info"]
     (back,) = topic.from_arrow_rows(batch, with_meta=True)

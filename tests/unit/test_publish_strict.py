@@ -234,7 +234,7 @@ def test_from_arrow_rows_fills_missing_columns_only_when_asked() -> None:
     with pytest.raises(SchemaMismatchError, match="missing"):
         schema.from_arrow_rows(older, with_meta=False)
     assert schema.from_arrow_rows(older, with_meta=False, fill_missing=True) == [(1, None)]
-    meta = (1, 0, 0, None, None, "t", 1, "m", None, None, None, None, None, None, 0)
+    meta = (1, 0, 0, None, None, "t", 1, "m", None, None, None, None, None, None, 0, None)
     full = schema.to_arrow([(*meta, 1, "x")]).drop_columns(["b"])
     [row] = schema.from_arrow_rows(full, with_meta=True, fill_missing=True)
     assert row[len(META_NAMES) :] == (1, None)

@@ -16,6 +16,7 @@ from reventless.codec import (
     ROW_IDX_AT,
     SCHEMA_VERSION_AT,
     TENANT_AT,
+    TRACE_AT,
     TYPE_AT,
     VERSION_AT,
 )
@@ -37,13 +38,14 @@ def test_indices_name_their_columns() -> None:
         "_correlation_id": CORRELATION_AT,
         "_tenant": TENANT_AT,
         "_partition": PARTITION_AT,
+        "_trace": TRACE_AT,
     }
     assert {META_NAMES[i]: i for i in named.values()} == named
     assert len(META_NAMES) == FIELDS_AT
 
 
 def test_stored_rows_put_each_value_in_its_column() -> None:
-    context = ("corr", "cause", "ada", "shop", "10.0.0.1", "acme")
+    context = ("corr", "cause", "ada", "shop", "10.0.0.1", "acme", "00-trace")
     rows = stored_rows(
         1_700_000_000_000_000,
         ["m-1", "m-2"],
@@ -58,7 +60,8 @@ def test_stored_rows_put_each_value_in_its_column() -> None:
     assert first["_produced_at"] == 1_700_000_000_000_000
     assert (first["_aggregate_id"], first["_version"], first["_type"]) == ("a-1", 3, "Opened")
     assert (first["_schema_version"], first["_msg_id"], first["_partition"]) == (2, "m-1", 5)
-    assert tuple(stored[0][CORRELATION_AT : TENANT_AT + 1]) == context
+    assert tuple(stored[0][CORRELATION_AT : TENANT_AT + 1]) == context[:6]
+    assert stored[0][TRACE_AT] == "00-trace"
     assert stored[0][FIELDS_AT:] == ("x", 1)
     assert stored[1][ROW_IDX_AT] == 1 and stored[1][MSG_ID_AT] == "m-2"
     assert stored[1][AGGREGATE_AT] is None and stored[1][FIELDS_AT:] == ("y", 2)
