@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import pyarrow as pa
 from pydantic import BaseModel
 
+from . import telemetry
 from .broker import Broker, DeadLetterQueues, OrderAware, Undeclaring, open_broker
 from .codec import TopicSchema
 from .codec.ipc import Compression, decode_batch, encode_batch
@@ -334,6 +335,7 @@ class App:
         """Open the store, build every topic atomically, start relay and collectors."""
         if self._started:
             return
+        telemetry.refresh()  # providers set up since the import are used from now on
         topology = self._topology = Topology.of(self)
         dispatches = {n: topology.dispatch(n) for n in self._components}
         filters = {n: topology.filters(n) for n in self._components}
@@ -400,6 +402,12 @@ class App:
         await self._scheduler.start()
         if self.options.gc_freeze:
             _freeze_once()
+        log.info(
+            "app started: %d topic(s), %d collector(s)",
+            len(defs),
+            len(self._collectors),
+            extra=telemetry.fields("app"),
+        )
 
     def _check_order(self) -> None:
         """A component that needs per-aggregate order may not run on an unordered channel
@@ -447,6 +455,7 @@ class App:
         await self.store.close()
         self._collectors.clear()
         self._started = False
+        log.info("app stopped", extra=telemetry.fields("app"))
 
     async def __aenter__(self) -> App:
         await self.start()

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from . import telemetry
 from .codec import AGGREGATE_AT, CORRELATION_AT, MSG_ID_AT, TENANT_AT, add_tags
 from .decode import decode_row, opened, sealed
 from .errors import (
@@ -279,9 +280,10 @@ class EventLog(Topic, Generic[A]):
         if self.schema.personal:
             rows = await sealed(self.store, self.schema, rows)
         try:
-            res = await self.store.append(
-                AppendRequest(self.name, rows, aggregate_id, expected_version, command_id)
-            )
+            with telemetry.appending(self.name, len(rows), self.store.dialect):
+                res = await self.store.append(
+                    AppendRequest(self.name, rows, aggregate_id, expected_version, command_id)
+                )
         except ConcurrencyError:
             self._cache.pop(aggregate_id, None)
             landed = await self._landed(aggregate_id, command_id)
@@ -413,7 +415,8 @@ class EventLog(Topic, Generic[A]):
         users[0] += 1
         try:
             async with lock:
-                return await self._execute(aggregate_id, command, meta, command_id)
+                with telemetry.command(self.name, type(command).__name__, aggregate_id):
+                    return await self._execute(aggregate_id, command, meta, command_id)
         finally:
             users[0] -= 1
             if not users[0]:
@@ -454,17 +457,18 @@ class EventLog(Topic, Generic[A]):
             if personal:
                 rows = await sealed(self.store, self.schema, rows)
             try:
-                res = await self.store.append(
-                    AppendRequest(
-                        self.name,
-                        rows,
-                        aggregate_id,
-                        base,
-                        command_id,
-                        schedules=self._schedules(directives, rows, meta, tenant, command_id),
+                with telemetry.appending(self.name, len(rows), self.store.dialect):
+                    res = await self.store.append(
+                        AppendRequest(
+                            self.name,
+                            rows,
+                            aggregate_id,
+                            base,
+                            command_id,
+                            schedules=self._schedules(directives, rows, meta, tenant, command_id),
+                        )
                     )
-                )
-            except ConcurrencyError:
+            except ConcurrencyError as clash:
                 self._cache.pop(aggregate_id, None)
                 # the writer that got there first may have been this very command
                 landed = await self._landed(aggregate_id, command_id)
@@ -472,6 +476,7 @@ class EventLog(Topic, Generic[A]):
                     return await self._executed(aggregate_id, landed)
                 if attempt + 1 == opts.max_attempts:
                     raise
+                telemetry.retried(self.name, attempt + 1, clash)
                 delay = min(opts.backoff_max, opts.backoff_base * 2**attempt)
                 await asyncio.sleep(delay * random.uniform(0.5, 1.5))
                 continue

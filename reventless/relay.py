@@ -25,9 +25,11 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Mapping
+from functools import partial
 
+from . import telemetry
 from .broker import Broker, Message, SubscriberAware, capabilities_of
-from .codec import OFFSET_AT, PARTITION_AT, TYPE_AT
+from .codec import OFFSET_AT, PARTITION_AT, TRACE_AT, TYPE_AT
 from .codec.ipc import decode_batch, encode_batch
 from .errors import ReventlessError
 from .store.append import AppendResult, StoredRow
@@ -38,6 +40,10 @@ log = logging.getLogger("reventless.relay")
 
 _PAGE = 1000
 _MAX_BUFFER = 50_000
+
+
+def _traces(rows: list[StoredRow]) -> list[str | None]:
+    return [r[TRACE_AT] for r in rows]
 
 
 def message_for(topic: TopicDef, partition: int, rows: list[StoredRow], prev: int) -> Message:
@@ -167,6 +173,7 @@ class Relay:
                 self._last[name][p] = off
         self._persisted = dict(self.published)
         self.store.commit_listeners.append(self.on_commit)
+        telemetry.watch_relay(self)
         self._task = asyncio.get_running_loop().create_task(self._run())
         self._wake.set()
 
@@ -243,7 +250,12 @@ class Relay:
                 await self._publish_topic(name, topic)
             except (ReventlessError, OSError) as exc:
                 self.failures += 1
-                log.warning("publishing %s failed (will retry from the store): %s", name, exc)
+                log.warning(
+                    "publishing %s failed (will retry from the store): %s",
+                    name,
+                    exc,
+                    extra=telemetry.fields("relay", topic=name),
+                )
                 return False
         return True
 
@@ -271,9 +283,18 @@ class Relay:
                     last[r[PARTITION_AT]] = r[OFFSET_AT]
                 self.unheard += len(rows)
             else:
-                await self.broker.publish(messages_for(topic, rows, last, self.max_message_bytes))
+                await telemetry.publish(
+                    self.broker.publish,
+                    name,
+                    messages_for(topic, rows, last, self.max_message_bytes),
+                    partial(_traces, rows),
+                )
             self._last[name] = last
             self.published[name] = rows[-1][OFFSET_AT]
+
+    def backlog(self) -> dict[str, int]:
+        """Events committed (as far as this process knows) and not yet published, per topic."""
+        return {n: max(0, self._known[n] - self.published.get(n, 0)) for n in self._known}
 
     def _unheard(self, name: str) -> bool:
         """No consumer would receive ``name``'s messages now (a ``SubscriberAware`` broker

@@ -45,6 +45,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from . import telemetry
 from .errors import Rejected, SpecError
 from .eventlog import EventLog, ExecuteResult
 from .scheduling import (
@@ -343,16 +344,24 @@ class Scheduler:
         try:
             target = self.resolve(s.topic)
             command = self._command(target, s)
-            result = await target.execute(
-                s.aggregate_id,
-                command,
-                meta=stored_meta(s.meta),
-                command_id=schedule_command_id(s.id, s.generation),
-            )
+            late = (self._now() - s.due_at_us) / 1_000_000
+            with telemetry.firing(s.command_type, s.topic, late):
+                result = await target.execute(
+                    s.aggregate_id,
+                    command,
+                    meta=stored_meta(s.meta),
+                    command_id=schedule_command_id(s.id, s.generation),
+                )
         except (Rejected, SpecError, ValidationError) as exc:  # the same on every retry
             return Firing(s, command, None, _error_text(exc), dead=True)
         except Exception as exc:
-            log.warning("scheduler %s: schedule %s failed: %s", self.worker, s.id, exc)
+            log.warning(
+                "scheduler %s: schedule %s failed: %s",
+                self.worker,
+                s.id,
+                exc,
+                extra=telemetry.fields("scheduler", topic=s.topic),
+            )
             return Firing(s, command, None, _error_text(exc))
         return Firing(s, command, result)
 
@@ -365,7 +374,13 @@ class Scheduler:
     def _failure(self, f: Firing, now: int) -> ScheduleFailure:
         s, opts = f.schedule, self.options
         if f.dead:
-            log.error("scheduler %s: schedule %s dead-lettered: %s", self.worker, s.id, f.error)
+            log.error(
+                "scheduler %s: schedule %s dead-lettered: %s",
+                self.worker,
+                s.id,
+                f.error,
+                extra=telemetry.fields("scheduler", topic=s.topic),
+            )
             return ScheduleFailure(s.id, s.generation, f.error or "", None)
         delay = min(opts.backoff_max, opts.backoff * 2**s.attempts) * random.uniform(0.5, 1.5)
         return ScheduleFailure(s.id, s.generation, f.error or "", now + int(delay * 1_000_000))

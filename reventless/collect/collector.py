@@ -21,10 +21,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import telemetry
 from ..broker import Broker, Message, Subscription, capabilities_of
-from ..codec import OFFSET_AT, PARTITION_AT, TYPE_AT
+from ..codec import OFFSET_AT, PARTITION_AT, TRACE_AT, TYPE_AT
 from ..codec.ipc import decode_batch
 from ..deadletter import DeadLetter, RedriveReport
 from ..decode import envelope_of, opened
@@ -58,6 +60,10 @@ def failures(failed: Sequence[tuple[Envelope[Any], str, int]]) -> list[Failure]:
         Failure(ev.topic, ev.offset, ev.aggregate_id, ev.msg_id, ev.type, err, n)
         for ev, err, n in failed
     ]
+
+
+def _traces(rows: list[StoredRow]) -> list[str | None]:
+    return [r[TRACE_AT] for r in rows]
 
 
 Part = tuple[str, int]  # (topic, partition)
@@ -125,6 +131,7 @@ class Collector:
     async def start(self) -> None:
         """Load checkpoints, subscribe, catch up from the store, start polling."""
         names = list(self.topics)
+        telemetry.watch_collector(self)
         await self.store.retention.ensure_horizons()
         if self.lease is not None:  # partitions come and go with their leases
             await self.lease.start()
@@ -343,10 +350,11 @@ class Collector:
                 run.last = last
             else:
                 pending.append(Run(msg.topic, partition, [], first, last, prev, [data]))
-        for run in pending:
-            async with self._lock:
-                await self._wait_running()
-                await self._deliver_run(run)
+        with telemetry.receiving(self.name, msgs):
+            for run in pending:
+                async with self._lock:
+                    await self._wait_running()
+                    await self._deliver_run(run)
 
     async def deliver(self, topic: str, rows: list[StoredRow], *, prev: int | None = None) -> None:
         """Process live rows of ``topic`` in offset order, filling gaps from the store first.
@@ -426,6 +434,7 @@ class Collector:
             partition,
             found,
             checkpoint,
+            extra=telemetry.fields(self.name, topic=topic, partition=partition, offset=found),
         )
         self.resnapshot_required[key] = found
         return True
@@ -458,9 +467,13 @@ class Collector:
             except asyncio.CancelledError:
                 raise
             except LeaseLostError as exc:  # the member stops the partition (lease.py)
-                log.warning("collector %s: %s", self.name, exc)
+                log.warning("collector %s: %s", self.name, exc, extra=telemetry.fields(self.name))
             except Exception:
-                log.exception("collector %s: catch-up poll failed", self.name)
+                log.exception(
+                    "collector %s: catch-up poll failed",
+                    self.name,
+                    extra=telemetry.fields(self.name),
+                )
 
     def _quiet(self) -> bool:
         """Cheap in-memory check: nothing this collector reads moved past its checkpoints."""
@@ -491,7 +504,10 @@ class Collector:
                 end = max(end, through)
             if end > cp:
                 try:
-                    await self.process_page(topic, partition, chunk, end)
+                    with telemetry.batch(
+                        self.name, topic, partition, len(chunk), end, partial(_traces, chunk)
+                    ):
+                        await self.process_page(topic, partition, chunk, end)
                 except CheckpointMovedError as moved:
                     if not self._adopt(key, moved):
                         raise
@@ -507,7 +523,10 @@ class Collector:
         commit landed although its answer was lost (the connection broke at COMMIT), so
         its events are not processed twice."""
         log.warning(
-            "collector %s: %s (an earlier commit landed); going on from there", self.name, moved
+            "collector %s: %s (an earlier commit landed); going on from there",
+            self.name,
+            moved,
+            extra=telemetry.fields(self.name, topic=key[0], partition=key[1], offset=moved.stored),
         )
         if key not in self.checkpoints or moved.stored <= self.checkpoints[key]:
             return False
@@ -618,4 +637,6 @@ class Collector:
         """Retry dead letters per aggregate in offset order, stopping an aggregate at its
         first failure; an aggregate with none left is un-parked."""
         async with self._lock:
-            return await deadletter.redrive(self, aggregate_id)
+            report = await deadletter.redrive(self, aggregate_id)
+        telemetry.redriven(self.name, report.redriven, report.still_parked)
+        return report

@@ -7,6 +7,7 @@ import logging
 import random
 from typing import Any
 
+from .. import telemetry
 from ..errors import Rejected, SpecError, StoreError
 from ..eventlog import command_id_for
 from ..scheduling import Clock, ScheduleWrite, SystemClock, schedule_writes, to_us
@@ -93,6 +94,8 @@ class ReadModelCollector(Collector):
                 state[k] = row
                 changed[k] = row
         rows.write(changed)
+        if failed:
+            telemetry.dead_lettered(self.name, failed[0][0].topic, len(failed), failed[0][1])
         return failures(failed)
 
     async def process_page(
@@ -212,6 +215,8 @@ class _RetryingCollector(Collector):
         scheduled.sort(key=lambda s: s[0])  # the last write of a schedule id wins: log order
         writes = [w for _, ws in scheduled for w in ws]
         await self.commit(topic, partition, checkpoint, failed=failed, schedules=writes)
+        if failed:
+            telemetry.dead_lettered(self.name, topic, len(failed), failed[0][1])
 
     async def _attempt(
         self, ev: Envelope[Any], failed: Failed, scheduled: list[tuple[int, list[ScheduleWrite]]]
@@ -219,7 +224,8 @@ class _RetryingCollector(Collector):
         spec = self.handler_for(ev)
         for attempt in range(1, self.max_attempts + 1):
             try:
-                writes = await self.handle(ev, spec)
+                with telemetry.handling(self.name, ev.topic, ev.offset, ev.trace):
+                    writes = await self.handle(ev, spec)
                 if writes:
                     scheduled.append((ev.offset, writes))
                 return
@@ -234,7 +240,14 @@ class _RetryingCollector(Collector):
                         # batch fails whole and is redone from the checkpoint once the
                         # store is back, instead of parking the aggregate.
                         raise
-                    log.warning("%s gave up on %s@%s: %s", self.name, ev.topic, ev.offset, exc)
+                    log.warning(
+                        "%s gave up on %s@%s: %s",
+                        self.name,
+                        ev.topic,
+                        ev.offset,
+                        exc,
+                        extra=telemetry.fields(self.name, topic=ev.topic, offset=ev.offset),
+                    )
                     failed.append((ev, error_text(exc), attempt))
                     self.park(ev)
                 else:
@@ -279,12 +292,13 @@ class MapperCollector(_RetryingCollector):
                 ip=ev.meta.ip,
                 tenant=ev.meta.tenant,
             )
-            await target.execute(
-                send.aggregate_id,
-                send.command,
-                meta=meta,
-                command_id=command_id_for(self.name, ev.msg_id, str(i)),
-            )
+            with telemetry.sending(self.name, type(send.command).__name__, target.name):
+                await target.execute(
+                    send.aggregate_id,
+                    send.command,
+                    meta=meta,
+                    command_id=command_id_for(self.name, ev.msg_id, str(i)),
+                )
         return self.scheduled(ev, ops)
 
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from .. import telemetry
 from ..subscribe import ResnapshotRequiredError, SubscriptionNotFoundError, Subscriptions
 from ..subscribe.encode import EncodedEvents
 
@@ -42,6 +43,7 @@ def event_frames(encoded: EncodedEvents) -> str:
     )
 
 
+@telemetry.sse
 async def stream(
     subs: Subscriptions,
     sub_id: str,

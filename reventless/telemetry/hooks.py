@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from . import tracing
 from .logs import fields
@@ -36,6 +37,7 @@ class Carrier(Protocol):
 
 
 M = TypeVar("M", bound=Carrier)
+P = ParamSpec("P")
 
 
 class _Measured:
@@ -100,9 +102,9 @@ def retried(topic: str, attempt: int, error: BaseException) -> None:
     if STATE.metrics is not None:
         STATE.metrics.retries.add(1, {"db.collection.name": topic})
     log.info(
-        "retrying a command on %s (attempt %d): %s",
+        "a command on %s clashed with another writer (attempt %d), retrying: %s",
         topic,
-        attempt + 1,
+        attempt,
         error,
         extra=fields("eventlog", topic=topic),
     )
@@ -323,16 +325,25 @@ def firing(command: str, target: str, late_seconds: float, trace: str | None = N
     )
 
 
-def stream(opened: bool) -> None:
-    """A gateway SSE stream opened (True) or closed (False)."""
-    if STATE.metrics is not None:
-        STATE.metrics.streams.add(1 if opened else -1)
+def sse(fn: Callable[P, AsyncIterator[str]]) -> Callable[P, AsyncIterator[str]]:
+    """Decorate an SSE frame generator: open streams and frames sent are counted."""
 
+    @functools.wraps(fn)
+    async def counted(*args: P.args, **kwargs: P.kwargs) -> AsyncIterator[str]:
+        metrics = STATE.metrics
+        if metrics is not None:
+            metrics.streams.add(1)
+        try:
+            async with contextlib.aclosing(fn(*args, **kwargs)) as texts:  # type: ignore[type-var]
+                async for text in texts:
+                    if metrics is not None:
+                        metrics.frames.add(text.count("\n\n"))
+                    yield text
+        finally:
+            if metrics is not None:
+                metrics.streams.add(-1)
 
-def frames(count: int = 1) -> None:
-    """``count`` SSE frames were sent."""
-    if STATE.metrics is not None:
-        STATE.metrics.frames.add(count)
+    return counted
 
 
 def stage(model: str, name: str) -> _CM:
@@ -365,15 +376,14 @@ __all__ = [
     "command",
     "dead_lettered",
     "firing",
-    "frames",
     "handling",
     "publish",
     "receiving",
     "redriven",
     "retried",
     "sending",
+    "sse",
     "stage",
-    "stream",
     "watch_collector",
     "watch_relay",
 ]

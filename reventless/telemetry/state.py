@@ -12,11 +12,11 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from .metering import SCOPE, Instruments
+
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Tracer, TracerProvider
-
-    from .metering import Instruments
 
 try:
     from opentelemetry import metrics as metrics_api
@@ -27,8 +27,6 @@ except ImportError:  # the otel extra is not installed: every hook is a no-op
 
 log = logging.getLogger("reventless.telemetry")
 
-#: The instrumentation scope of every span and instrument.
-SCOPE = "reventless"
 #: Passed to ``configure``: use the global provider (``trace.get_tracer_provider()``).
 GLOBAL: Any = object()
 
@@ -82,8 +80,6 @@ def _real_meter_provider(provider: Any) -> bool:
 
 def refresh() -> None:
     """Decide again which providers the hooks report to (after providers changed)."""
-    from .metering import Instruments
-
     if trace_api is None or metrics_api is None or _disabled():
         STATE.tracer, STATE.metrics = None, None
         return
