@@ -27,6 +27,9 @@ TOPIC, MSG_ID, KEY, HEADERS, TYPES = "rv-topic", "rv-id", "rv-key", "rv-headers"
 ERROR, COMPONENT, RECEIVES = "rv-error", "rv-component", "rv-receives"
 #: The relay header listing a message's event types (comma separated).
 TYPES_HEADER = "rv-types"
+#: W3C trace context headers: message attributes of their own (where OpenTelemetry's
+#: SQS instrumentation and other consumers look for them), not inside ``rv-headers``.
+TRACE_HEADERS = ("traceparent", "tracestate")
 
 
 #: SNS allows at most 150 values in one filter policy (the product over its keys).
@@ -64,6 +67,10 @@ def attributes(msg: Message) -> dict[str, dict[str, str]]:
     if msg.key:
         out[KEY] = {"DataType": "String", "StringValue": msg.key}
     headers = dict(msg.headers)
+    for name in TRACE_HEADERS:
+        value = headers.pop(name, None)
+        if value:
+            out[name] = {"DataType": "String", "StringValue": value}
     types = headers.get(TYPES_HEADER)
     if types:
         out[TYPES] = {"DataType": "String.Array", "StringValue": json.dumps(types.split(","))}
@@ -102,4 +109,7 @@ def to_message(raw: Mapping[str, Any]) -> Message:
         headers = json.loads(text(HEADERS)) if text(HEADERS) else {}
     except (binascii.Error, ValueError) as exc:
         raise BrokerError(f"SQS message {raw.get('MessageId')} is malformed: {exc}") from exc
+    for name in TRACE_HEADERS:
+        if text(name):
+            headers[name] = text(name)
     return Message(topic=topic, data=data, msg_id=msg_id, headers=headers, key=text(KEY))
