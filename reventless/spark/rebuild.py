@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from .. import telemetry
 from ..collect.collector import Collector
 from ..collect.component import Component, ReadModel, default_key
 from ..collect.upserts import KEY_COLUMN
@@ -240,6 +241,7 @@ def _running(app: App, name: str) -> Collector | None:
         return None
 
 
+@telemetry.rebuilds
 async def rebuild(
     model: ReadModel[Any],
     app: App,

@@ -37,6 +37,7 @@ class Carrier(Protocol):
 
 
 M = TypeVar("M", bound=Carrier)
+T = TypeVar("T")
 P = ParamSpec("P")
 
 
@@ -346,16 +347,59 @@ def sse(fn: Callable[P, AsyncIterator[str]]) -> Callable[P, AsyncIterator[str]]:
     return counted
 
 
-def stage(model: str, name: str) -> _CM:
-    """A stage of a Spark rebuild of ``model`` (read, fold, write, swap...)."""
-    tracer, metrics = STATE.tracer, STATE.metrics
-    if tracer is None and metrics is None:
-        return NOOP
-    attrs = {"reventless.model": model, "reventless.stage": name}
-    cm = span(f"rebuild {model} {name}", attrs) if tracer else NOOP
-    if metrics is None:
-        return cm
-    return _Measured(cm, lambda s: metrics.rebuild_duration.record(s, attrs))
+class _Stages:
+    """A rebuild's stages, one after the other: each progress message starts the next
+    stage (named by its first word) and ends the one before."""
+
+    def __init__(self, model: str, progress: Callable[[str], None] | None) -> None:
+        self.model, self.progress = model, progress
+        self.current: tuple[str, float, Any] | None = None
+
+    def say(self, message: str) -> None:
+        self.end()
+        name = message.split(" ", 1)[0]
+        tracer = STATE.tracer
+        sp = None
+        if tracer is not None:
+            sp = tracer.start_span(
+                f"rebuild {self.model} {name}",
+                attributes={"reventless.model": self.model, "reventless.stage": name},
+            )
+        self.current = (name, time.perf_counter(), sp)
+        if self.progress is not None:
+            self.progress(message)
+
+    def end(self) -> None:
+        if self.current is None:
+            return
+        name, t0, sp = self.current
+        self.current = None
+        if sp is not None:
+            sp.end()
+        if STATE.metrics is not None:
+            STATE.metrics.rebuild_duration.record(
+                time.perf_counter() - t0, {"reventless.model": self.model, "reventless.stage": name}
+            )
+
+
+def rebuilds(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    """Decorate a rebuild ``fn(model, ..., progress=...)``: a span for the rebuild and
+    one per stage (its progress messages mark them), with their durations."""
+
+    @functools.wraps(fn)
+    async def traced(*args: P.args, **kwargs: P.kwargs) -> T:
+        if STATE.tracer is None and STATE.metrics is None:
+            return await fn(*args, **kwargs)
+        model = str(getattr(args[0], "name", args[0]))
+        stages = _Stages(model, kwargs.get("progress"))  # type: ignore[arg-type]
+        kwargs["progress"] = stages.say
+        with span(f"rebuild {model}", {"reventless.model": model}):
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                stages.end()
+
+    return traced
 
 
 def watch_relay(relay: Backlogged) -> None:
@@ -378,12 +422,12 @@ __all__ = [
     "firing",
     "handling",
     "publish",
+    "rebuilds",
     "receiving",
     "redriven",
     "retried",
     "sending",
     "sse",
-    "stage",
     "watch_collector",
     "watch_relay",
 ]
