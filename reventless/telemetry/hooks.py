@@ -287,7 +287,7 @@ def dead_lettered(group: str, topic: str, count: int, error: str = "") -> None:
         count,
         topic,
         f": {error}" if error else "",
-        extra=fields("collector", topic=topic),
+        extra=fields(group, topic=topic),
     )
 
 
@@ -303,7 +303,7 @@ def redriven(group: str, resolved: int, failed: int) -> None:
             group,
             resolved,
             failed,
-            extra=fields("collector"),
+            extra=fields(group),
         )
 
 
