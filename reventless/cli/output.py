@@ -83,6 +83,8 @@ class RateColumn(ProgressColumn):
 
     def render(self, task: Task) -> RenderableType:
         speed = task.finished_speed or task.speed
+        if speed is None and task.elapsed:  # one big step: rich has no samples to average
+            speed = task.completed / task.elapsed
         unit = task.fields.get("unit", "")
         return Text("" if speed is None else f"{speed:,.0f} {unit}/s", style="progress.data.speed")
 

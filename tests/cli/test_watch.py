@@ -1,5 +1,6 @@
-"""``reventless status --watch`` in a real terminal (a tmux pane): it shows the heads, redraws
-when another process commits, and Ctrl-C ends it with status 0 and no traceback."""
+"""The command in a real terminal (a tmux pane): ``reventless status --watch`` shows the
+heads, redraws when another process commits, and Ctrl-C ends it with status 0 and no
+traceback; ``export`` draws a progress bar with its count, rate and time left."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class Pane:
         self.tmux = tmux
         self.rc = cwd / "rc"
         line = f"{shlex.join(argv)}; echo $? > {shlex.quote(str(self.rc))}; sleep 60"
-        self.run("new-session", "-d", "-s", "watch", "-x", "120", "-y", "40", "-c", str(cwd), line)
+        self.run("new-session", "-d", "-s", "watch", "-x", "150", "-y", "40", "-c", str(cwd), line)
 
     def run(self, *args: str) -> str:
         done = subprocess.run(
@@ -99,3 +100,18 @@ async def test_watch_redraws_heads_and_stops_on_ctrl_c(
     last = pane.screen()
     assert "Traceback" not in last and "KeyboardInterrupt" not in last
     assert head_of(last, "Counter") == EVENTS + 3  # the last view stays on the screen
+
+
+def test_export_draws_a_progress_bar_in_a_terminal(
+    counter_store: str, tmp_path: Path, panes: list[Pane]
+) -> None:
+    out = tmp_path / "counter.parquet"
+    argv = command("export", "Counter", str(out), "--store", counter_store)
+    pane = Pane(tmp_path / "tmux.sock", argv, tmp_path)
+    panes.append(pane)
+    assert pane.exit_status() == 0
+    screen = pane.screen()
+    bar = next(line for line in screen.splitlines() if "export Counter" in line)
+    pattern = rf"export Counter ━+ {EVENTS}/{EVENTS} rows [\d,]+ rows/s 0:00:0\d ETA 0:00:00$"
+    assert re.search(pattern, bar.rstrip()), bar
+    assert f"wrote {EVENTS} rows to {out}" in screen
