@@ -284,6 +284,7 @@ class Relay:
                 self.unheard += len(rows)
             else:
                 await telemetry.publish(
+                    self,
                     self.broker.publish,
                     name,
                     messages_for(topic, rows, last, self.max_message_bytes),

@@ -350,7 +350,7 @@ class Collector:
                 run.last = last
             else:
                 pending.append(Run(msg.topic, partition, [], first, last, prev, [data]))
-        with telemetry.receiving(self.name, msgs):
+        with telemetry.receiving(self, msgs):
             for run in pending:
                 async with self._lock:
                     await self._wait_running()
@@ -505,7 +505,7 @@ class Collector:
             if end > cp:
                 try:
                     with telemetry.batch(
-                        self.name, topic, partition, len(chunk), end, partial(_traces, chunk)
+                        self, topic, partition, len(chunk), end, partial(_traces, chunk)
                     ):
                         await self.process_page(topic, partition, chunk, end)
                 except CheckpointMovedError as moved:

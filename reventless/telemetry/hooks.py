@@ -25,6 +25,22 @@ log = logging.getLogger("reventless.telemetry")
 _CM = contextlib.AbstractContextManager[Any]
 
 
+class Relaying(Protocol):
+    """The relay as the publish hook sees it."""
+
+    @property
+    def store(self) -> Any: ...
+
+
+class Collecting(Protocol):
+    """A collector as the delivery hooks see it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def store(self) -> Any: ...
+
+
 class Carrier(Protocol):
     """A broker message as the hooks see it (``reventless.broker.Message``)."""
 
@@ -115,6 +131,7 @@ def retried(topic: str, attempt: int, error: BaseException) -> None:
 
 
 async def publish(
+    relay: Relaying,
     send: Callable[[list[M]], Awaitable[None]],
     topic: str,
     messages: list[M],
@@ -129,7 +146,7 @@ async def publish(
     for m in messages:
         last = m.headers.get("rv-last")
         if last is not None and last.isdigit():
-            saw(topic, m.partition or 0, int(last))
+            saw(relay.store, topic, m.partition or 0, int(last))
     attrs = {"messaging.operation.name": "publish", "messaging.destination.name": topic}
     t0 = time.perf_counter()
     if tracer is None:
@@ -163,7 +180,7 @@ def _header_text(headers: Mapping[str, str]) -> str | None:
     return f"{parent} {state}" if state else parent
 
 
-def receiving(group: str, messages: Sequence[Carrier]) -> _CM:
+def receiving(collector: Collecting, messages: Sequence[Carrier]) -> _CM:
     """A broker delivery to collector ``group``: a consumer span continuing the
     publisher's context from the first message's headers (linking the others)."""
     tracer, metrics = STATE.tracer, STATE.metrics
@@ -171,7 +188,7 @@ def receiving(group: str, messages: Sequence[Carrier]) -> _CM:
         return NOOP
     if not messages:
         return NOOP
-    topic = messages[0].topic
+    topic, group = messages[0].topic, collector.name
     if metrics is not None:
         metrics.consumed.add(
             len(messages),
@@ -180,7 +197,7 @@ def receiving(group: str, messages: Sequence[Carrier]) -> _CM:
         for m in messages:
             last = m.headers.get("rv-last")
             if last is not None and last.isdigit():
-                saw(m.topic, m.partition or 0, int(last))
+                saw(collector.store, m.topic, m.partition or 0, int(last))
     if tracer is None:
         return NOOP
     texts = [_header_text(m.headers) for m in messages]
@@ -199,7 +216,7 @@ def receiving(group: str, messages: Sequence[Carrier]) -> _CM:
 
 
 def batch(
-    group: str,
+    collector: Collecting,
     topic: str,
     partition: int,
     size: int,
@@ -211,7 +228,8 @@ def batch(
     tracer, metrics = STATE.tracer, STATE.metrics
     if tracer is None and metrics is None:
         return NOOP
-    saw(topic, partition, last)
+    saw(collector.store, topic, partition, last)
+    group = collector.name
     attrs = {"messaging.consumer.group.name": group, "messaging.destination.name": topic}
     cm: _CM = NOOP
     if tracer is not None:

@@ -30,6 +30,9 @@ class Lagging(Protocol):
     name: str
     checkpoints: dict[tuple[str, int], int]
 
+    @property
+    def store(self) -> Any: ...
+
 
 class Backlogged(Protocol):
     """What the backlog gauge reads of a relay."""
@@ -39,16 +42,20 @@ class Backlogged(Protocol):
         ...
 
 
-#: The newest offset this process knows of per (topic, partition): from what the relay
-#: publishes and what collectors receive or read (a collector's lag is measured to it).
-HEADS: dict[tuple[str, int], int] = {}
+#: Per store, the newest offset this process knows of per (topic, partition): from what
+#: the relay publishes and what collectors receive or read (their lag is measured to it).
+HEADS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], int]] = weakref.WeakKeyDictionary()
 
 
-def saw(topic: str, partition: int, offset: int) -> None:
-    """Note that ``offset`` of a topic partition exists (once per batch or message)."""
+def saw(store: Any, topic: str, partition: int, offset: int) -> None:
+    """Note that ``offset`` of a topic partition of ``store`` exists (once per batch or
+    message)."""
+    heads = HEADS.get(store)
+    if heads is None:
+        heads = HEADS[store] = {}
     key = (topic, partition)
-    if HEADS.get(key, -1) < offset:
-        HEADS[key] = offset
+    if heads.get(key, -1) < offset:
+        heads[key] = offset
 
 
 class Instruments:
@@ -160,9 +167,10 @@ class Instruments:
         from opentelemetry.metrics import Observation
 
         for c in list(self.collectors):
+            heads = HEADS.get(c.store, {})
             for (topic, part), cp in list(c.checkpoints.items()):
                 yield Observation(
-                    max(0, HEADS.get((topic, part), cp) - cp),
+                    max(0, heads.get((topic, part), cp) - cp),
                     {
                         "messaging.consumer.group.name": c.name,
                         "messaging.destination.name": topic,

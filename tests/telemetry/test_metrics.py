@@ -95,7 +95,10 @@ async def test_dead_letters_and_redrives_are_counted(
         await handle.redrive()
     group = {"messaging.consumer.group.name": "always_fails"}
     assert _sum(metrics, "reventless.collector.dead_letters", **group) == 1
-    assert _sum(metrics, "reventless.collector.redrives", **group, **{"reventless.outcome": "failed"}) == 1
+    assert (
+        _sum(metrics, "reventless.collector.redrives", **group, **{"reventless.outcome": "failed"})
+        == 1
+    )
 
 
 async def test_schedule_lateness(tmp_path: Path, metrics: InMemoryMetricReader) -> None:
@@ -132,7 +135,7 @@ from reventless import telemetry
 from tests.model import Counter, Increment
 assert telemetry.enable_prometheus()
 async def main():
-    app = rv.App(store="sqlite:///{tmp_path / 'p.db'}")
+    app = rv.App(store="sqlite:///{tmp_path / "p.db"}")
     log = app.event_log(Counter)
     async with app:
         await log.execute("c-1", Increment(by=1))
@@ -146,6 +149,6 @@ print(json.dumps([body.decode(), ctype]))
     assert out.returncode == 0, out.stderr
     body, ctype = json.loads(out.stdout.splitlines()[-1])
     assert ctype.startswith("text/plain")
-    assert 'db_client_operation_duration_seconds_count{' in body
+    assert "db_client_operation_duration_seconds_count{" in body
     assert 'db_collection_name="Counter"' in body
     assert "reventless_events_appended" in body
