@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -42,9 +43,17 @@ from rich.text import Text
 PLAIN_EVERY = 1.0
 
 
+#: Columns of a table written to a pipe or a file (no terminal width to fit; COLUMNS wins).
+PIPE_WIDTH = 200
+
+
 def stdout() -> Console:
-    """A console on stdout (no colour, no wrapping limit beyond the terminal's when piped)."""
-    return Console(highlight=False, soft_wrap=False)
+    """A console on stdout; piped, tables keep their natural width up to ``PIPE_WIDTH``
+    instead of folding cells at 80 columns."""
+    console = Console(highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPE_WIDTH
+    return console
 
 
 def stderr() -> Console:
