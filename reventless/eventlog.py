@@ -21,7 +21,7 @@ import hashlib
 import random
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -39,13 +39,17 @@ from .errors import (
 from .ids import now_us, uuid7_str, uuid7_strs
 from .scheduling import Clock, ScheduleWrite, SystemClock, schedule_writes, to_us
 from .spec import Aggregate, Command, Directive, Event, Metadata
-from .store.append import AppendRequest, AppendResult, CommandRecord
+from .store.append import AppendRequest, AppendResult, CommandRecord, StoredRow
 from .tags import check_tag
 from .topic import Topic
 from .topicdef import TopicDef, partition_of, row_context, stored_rows
 
 A = TypeVar("A", bound=Aggregate)
 _EMPTY_META = Metadata()
+#: ``execute_many`` preloads and runs its commands this many at a time.
+_MANY_WINDOW = 1000
+#: An ``execute_many`` slot not filled yet (never returned: every slot gets an outcome).
+_NOT_RUN: BaseException = RuntimeError("command not run")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,14 +124,27 @@ class EventLog(Topic, Generic[A]):
 
     # -- loading ---------------------------------------------------------------------------
 
-    async def _load_cached(self, aggregate_id: str) -> A:
+    async def _load_cached(self, aggregate_id: str, preloaded: dict[str, A] | None = None) -> A:
         agg = self._cache.get(aggregate_id)
         if agg is not None:
             self._cache.move_to_end(aggregate_id)
             return agg
-        agg = await self._load_fresh(aggregate_id)
+        agg = preloaded.pop(aggregate_id, None) if preloaded else None
+        if agg is None:
+            agg = await self._load_fresh(aggregate_id)
         self._remember(agg)
         return agg
+
+    async def _preload(self, aggregate_ids: Iterable[str]) -> dict[str, A]:
+        """The states of the uncached ``aggregate_ids``, loaded together (``load_many``):
+        a batch of commands on new or cold aggregates reads the store once, not once per
+        command. A state that goes stale before its command runs fails that command's
+        append on its version and is reloaded, as a cached one would be."""
+        ids = [a for a in dict.fromkeys(aggregate_ids) if a not in self._cache]
+        if not ids:
+            return {}
+        loaded = await self.store.load_many(self.name, ids)
+        return {a: await self._fold(a, *loaded[a]) for a in ids}
 
     def _remember(self, agg: A) -> None:
         if self.options.cache_size <= 0:
@@ -139,6 +156,12 @@ class EventLog(Topic, Generic[A]):
 
     async def _load_fresh(self, aggregate_id: str) -> A:
         snap, rows = await self.store.load(self.name, aggregate_id)
+        return await self._fold(aggregate_id, snap, rows)
+
+    async def _fold(
+        self, aggregate_id: str, snap: tuple[int, str, str] | None, rows: list[StoredRow]
+    ) -> A:
+        """The aggregate's state from its snapshot and the rows after it (``store.load``)."""
         state = None if snap is None or snap[1] != self._state_fingerprint else snap[2]
         if state is not None and self.schema.personal:  # sealed with the aggregate's key
             state = await self.store.keyring.open_sealed(state)
@@ -408,6 +431,16 @@ class EventLog(Topic, Generic[A]):
         A command that was rejected or decided no events leaves no record: sending it
         again decides again. Without a ``command_id`` there is no extra query.
         """
+        return await self._locked(aggregate_id, command, meta, command_id, None)
+
+    async def _locked(
+        self,
+        aggregate_id: str,
+        command: Command,
+        meta: Metadata | None,
+        command_id: str | None,
+        preloaded: dict[str, A] | None,
+    ) -> ExecuteResult:
         entry = self._locks.get(aggregate_id)
         if entry is None:
             entry = self._locks[aggregate_id] = (asyncio.Lock(), [0])
@@ -416,14 +449,19 @@ class EventLog(Topic, Generic[A]):
         try:
             async with lock:
                 with telemetry.command(self.name, type(command).__name__, aggregate_id):
-                    return await self._execute(aggregate_id, command, meta, command_id)
+                    return await self._execute(aggregate_id, command, meta, command_id, preloaded)
         finally:
             users[0] -= 1
             if not users[0]:
                 del self._locks[aggregate_id]
 
     async def _execute(
-        self, aggregate_id: str, command: Command, meta: Metadata | None, command_id: str | None
+        self,
+        aggregate_id: str,
+        command: Command,
+        meta: Metadata | None,
+        command_id: str | None,
+        preloaded: dict[str, A] | None = None,
     ) -> ExecuteResult:
         meta = meta or _EMPTY_META
         tenant = self.check_tenant(meta.tenant)
@@ -433,7 +471,7 @@ class EventLog(Topic, Generic[A]):
         if landed is not None:
             return await self._executed(aggregate_id, landed)
         for attempt in range(opts.max_attempts):
-            agg = await self._load_cached(aggregate_id)
+            agg = await self._load_cached(aggregate_id, preloaded)
             try:
                 events, directives = agg.decide_all(command)
             except Rejected:
@@ -517,19 +555,25 @@ class EventLog(Topic, Generic[A]):
         in ``execute``: resending a batch after a crash answers the commands that landed
         with their original outcome (``duplicate=True``) and runs only the others.
         """
-        gate = asyncio.Semaphore(concurrency)
+        items = list(commands)
+        outcomes: list[ExecuteResult | BaseException] = [_NOT_RUN] * len(items)
+        for at in range(0, len(items), _MANY_WINDOW):
+            window = range(at, min(len(items), at + _MANY_WINDOW))
+            preloaded = await self._preload(items[i][0] for i in window)
+            todo = iter(window)
 
-        async def one(
-            item: tuple[str, Command] | tuple[str, Command, str | None],
-        ) -> ExecuteResult | Rejected:
-            command_id = item[2] if len(item) == 3 else None
-            async with gate:
-                try:
-                    return await self.execute(item[0], item[1], meta=meta, command_id=command_id)
-                except Rejected as r:
-                    return r
+            async def worker(todo: Iterator[int] = todo, pre: dict[str, A] = preloaded) -> None:
+                # Workers take commands in input order and each takes its aggregate's lock
+                # before yielding, so commands on one aggregate keep their order.
+                for i in todo:
+                    item = items[i]
+                    command_id = item[2] if len(item) == 3 else None
+                    try:
+                        outcomes[i] = await self._locked(item[0], item[1], meta, command_id, pre)
+                    except Exception as exc:  # Rejected is an answer, the rest raised below
+                        outcomes[i] = exc
 
-        outcomes = await asyncio.gather(*(one(i) for i in commands), return_exceptions=True)
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(window)))))
         for o in outcomes:
             if isinstance(o, BaseException) and not isinstance(o, Rejected):
                 raise o

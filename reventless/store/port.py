@@ -136,6 +136,11 @@ class EventStore(Protocol):
         """An aggregate's snapshot (if any) and the rows after it, in one snapshot read."""
         ...
 
+    async def load_many(self, topic: str, aggregate_ids: Sequence[str]) -> dict[str, Loaded]:
+        """``load`` of many aggregates in one snapshot read (a few queries, not one per
+        aggregate): every id maps to its snapshot and rows, an unknown id to ``(None, [])``."""
+        ...
+
     async def save_snapshot(
         self, topic: str, aggregate_id: str, version: int, fingerprint: str, state: str
     ) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..codec import META_NAMES, META_SQL_KINDS
+from ..codec import AGGREGATE_AT, META_NAMES, META_SQL_KINDS, VERSION_AT
 from ..errors import SchemaMismatchError, StoreError
 from ..ids import now_us
 from ..tags import Query
@@ -61,6 +61,8 @@ _MAX_GROUP = 2000
 #: A group commit stops taking requests once it holds this many rows, so a burst of
 #: large appends commits (and reaches the relay and the broker) in steps, not at once.
 _MAX_GROUP_ROWS = 10_000
+#: Aggregates per query of ``load_many`` (well under SQLite's bound parameters).
+_LOAD_CHUNK = 500
 
 
 @dataclass(slots=True)
@@ -519,6 +521,45 @@ class SqlEventStore:
             after = 0 if snap is None else int(snap[0])
             rows = _fetch(conn, sql, (aggregate_id, after))
             return (None if snap is None else (int(snap[0]), snap[1], snap[2])), rows
+
+        return await self.db.read_point(work)
+
+    async def load_many(
+        self, topic: str, aggregate_ids: Sequence[str]
+    ) -> dict[str, tuple[tuple[int, str, str] | None, list[StoredRow]]]:
+        """``load`` of many aggregates in one read: their snapshots, then their rows after
+        them, ``_LOAD_CHUNK`` ids per query (an unknown id maps to ``(None, [])``)."""
+        entry = self._entry(topic)
+        mark = self.db.mark
+        ids = list(dict.fromkeys(aggregate_ids))
+
+        def work(
+            conn: Connection,
+        ) -> dict[str, tuple[tuple[int, str, str] | None, list[StoredRow]]]:
+            out: dict[str, tuple[tuple[int, str, str] | None, list[StoredRow]]] = {}
+            cur = raw_cursor(conn)
+            for at in range(0, len(ids), _LOAD_CHUNK):
+                chunk = ids[at : at + _LOAD_CHUNK]
+                marks = ", ".join([mark] * len(chunk))
+                cur.execute(
+                    "SELECT aggregate_id, version, fingerprint, state FROM rv_snapshots "
+                    f"WHERE topic = {mark} AND aggregate_id IN ({marks})",
+                    (topic, *chunk),
+                )
+                snaps = {a: (int(v), f, st) for a, v, f, st in cur.fetchall()}
+                rows: dict[str, list[StoredRow]] = {a: [] for a in chunk}
+                for r in _fetch(
+                    conn,
+                    f"{entry.select_sql} WHERE _aggregate_id IN ({marks}) "
+                    "ORDER BY _aggregate_id, _version",
+                    chunk,
+                ):
+                    snap = snaps.get(r[AGGREGATE_AT])
+                    if snap is None or r[VERSION_AT] > snap[0]:
+                        rows[r[AGGREGATE_AT]].append(r)
+                for a in chunk:
+                    out[a] = (snaps.get(a), rows[a])
+            return out
 
         return await self.db.read_point(work)
 

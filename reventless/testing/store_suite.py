@@ -291,6 +291,42 @@ class StoreConformance:
             log.forget()
             assert (await log.load("a-1")).balance == 1 + 16 + 18 + 4
 
+    async def test_load_many_equals_load_of_each(self, store_url: str) -> None:
+        app = rv.App(store=store_url, options=rv.AppOptions(log=rv.LogOptions(snapshot_every=4)))
+        log = app.event_log(Account)
+        async with app:
+            for i in range(1, 8):
+                await log.append(
+                    f"m-{i}", [Deposited(amount=i + k) for k in range(i)], expected_version=0
+                )
+            ids = [f"m-{i}" for i in range(1, 8)] + ["nobody", "m-3"]
+            many = await app.store.load_many("Account", ids)
+            assert set(many) == set(ids)
+            for a in ids:
+                assert many[a] == await app.store.load("Account", a), a
+            assert many["nobody"] == (None, [])
+            assert many["m-5"][0] is not None and many["m-5"][0][0] == 5  # the snapshot
+
+    async def test_execute_many_keeps_order_and_reads_what_landed(self, store_url: str) -> None:
+        app = rv.App(store=store_url, options=rv.AppOptions(log=rv.LogOptions(cache_size=0)))
+        log = app.event_log(Account)
+        async with app:
+            await log.execute("old", Deposit(amount=10))
+            items: list[tuple[str, rv.Command]] = [("old", Withdraw(amount=4))]
+            items += [(f"n-{i % 50}", Deposit(amount=i)) for i in range(1200)]
+            items += [("old", Withdraw(amount=6)), ("old", Withdraw(amount=7))]
+            got = await log.execute_many(items, concurrency=16)
+            assert isinstance(got[-1], rv.Rejected) and got[-1].code == "insufficient_funds"
+            assert [type(g) for g in got[:-1]] == [rv.ExecuteResult] * (len(items) - 1)
+            log.forget()
+            assert (await log.load("old")).balance == 10 - 4 - 6
+            # each new aggregate got its 24 deposits in input order (versions follow them)
+            landed = await log.read(limit=5000)
+            for i in range(50):
+                mine = [e for e in landed if e.aggregate_id == f"n-{i}"]
+                assert [e.event.amount for e in mine] == list(range(i, 1200, 50))
+                assert [e.version for e in mine] == list(range(1, 25))
+
     async def test_read_pages_arrow_batches_and_parquet(self, app: rv.App, tmp_path: Path) -> None:
         log = self.accounts(app)
         for i in range(25):
