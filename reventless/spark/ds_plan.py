@@ -34,7 +34,7 @@ _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no", "")
 
 
 def _flag(options: Mapping[str, str], name: str) -> bool:
-    raw = str(options.get(name, "")).strip().lower()
+    raw = str(options.get(name.lower(), "")).strip().lower()
     if raw in _TRUE:
         return True
     if raw in _FALSE:
@@ -43,7 +43,7 @@ def _flag(options: Mapping[str, str], name: str) -> bool:
 
 
 def _positive(options: Mapping[str, str], name: str) -> int | None:
-    raw = options.get(name)
+    raw = options.get(name.lower())
     if raw is None or str(raw).strip() == "":
         return None
     try:
@@ -92,8 +92,8 @@ class SourceOptions:
             where=str(where) if where and str(where).strip() else None,
             starting_offsets=str(opts.get("startingoffsets") or "earliest").strip(),
             ending_offsets=str(opts.get("endingoffsets") or "latest").strip(),
-            max_events_per_trigger=_positive(opts, "maxeventspertrigger"),
-            events_per_partition=_positive(opts, "eventsperpartition") or EVENTS_PER_TASK,
+            max_events_per_trigger=_positive(opts, "maxEventsPerTrigger"),
+            events_per_partition=_positive(opts, "eventsPerPartition") or EVENTS_PER_TASK,
         )
 
     def starting(self, partitions: int, head: int, horizon: int) -> Offsets:
