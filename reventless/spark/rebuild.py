@@ -15,7 +15,7 @@ import asyncio
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -137,7 +137,7 @@ def _python_keys(df: DataFrame, plan: TopicPlan, keys: KeySource | None) -> Data
     arrow_out = arrow_in.append(pa.field("_gkey", pa.string()))
     recipe, name, handler = plan.recipe, plan.name, plan.handler
 
-    def run(batches: Iterable[Any]) -> Iterable[Any]:
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
         schema = schema_of(recipe)
         for batch in batches:
             rows = schema.from_arrow_rows(from_spark(batch, schema.arrow_schema), with_meta=True)
