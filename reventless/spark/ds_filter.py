@@ -81,7 +81,7 @@ def to_node(flt: Filter, columns: Mapping[str, Field]) -> Node | None:
     if isinstance(flt, Not):
         inner = to_node(flt.child, columns)
         return None if inner is None else NotNode(inner)
-    attr = getattr(flt, "attribute", ())
+    attr: tuple[str, ...] = getattr(flt, "attribute", ())
     if len(attr) != 1:
         return None  # a nested field (a.b): Spark evaluates it
     f = columns.get(attr[0])

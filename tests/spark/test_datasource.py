@@ -111,17 +111,17 @@ async def test_bad_input_is_a_clear_error(spark: Any, file_url: str) -> None:
     log = app.event_log(Record)
     async with app:
         await fill(log, 0, 2)
-    with pytest.raises(Exception, match="TopicNotFoundError.*no topic 'Nope'.*Record"):
+    with pytest.raises(Exception, match=r"TopicNotFoundError.*no topic 'Nope'.*Record"):
         source(spark, file_url, "Nope")
-    with pytest.raises(Exception, match="PredicateError.*no filterable column 'nope'"):
+    with pytest.raises(Exception, match=r"PredicateError.*no filterable column 'nope'"):
         source(spark, file_url, log.name, where="nope = 1").collect()
     with pytest.raises(AnalysisException, match="nope"):
         source(spark, file_url, log.name).select("nope").collect()
-    with pytest.raises(Exception, match="SpecError.*unknown option.*startoffset"):
+    with pytest.raises(Exception, match=r"SpecError.*unknown option.*startoffset"):
         source(spark, file_url, log.name, startOffset=1)
-    with pytest.raises(Exception, match="SpecError.*maxEventsPerTrigger"):
+    with pytest.raises(Exception, match=r"SpecError.*maxEventsPerTrigger"):
         source(spark, file_url, log.name, maxEventsPerTrigger=0)
-    with pytest.raises(Exception, match="StoreError.*does not exist"):
+    with pytest.raises(Exception, match=r"StoreError.*does not exist"):
         source(spark, f"sqlite:///{Path(file_url[10:]).parent / 'missing.db'}", "Record")
 
 
