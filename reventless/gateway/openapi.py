@@ -328,7 +328,14 @@ def _ref(name: str) -> str:
     return f"#/components/schemas/{name}"
 
 
-_INT = {"type": "integer", "minimum": 0, "maximum": MAX_INT}
+#: JSON integers as the gateway reads them: digits, no fraction or exponent (``7``, not
+#: ``7.0``; JSON Schema cannot say so, the gateway answers 400).
+_INT = {
+    "type": "integer",
+    "minimum": 0,
+    "maximum": MAX_INT,
+    "description": "An integer written without a fraction or exponent (7, not 7.0).",
+}
 _STATE = {"type": "string", "enum": ["active", "paused", "closed"]}
 _NULLABLE_TEXT = {"type": ["string", "null"]}
 _NULLABLE_LIST = {"type": ["array", "null"], "items": {"type": "string"}}
