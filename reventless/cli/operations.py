@@ -157,7 +157,6 @@ async def _rebuild(
                 workdir=workdir,
                 progress=lambda msg: m.describe(f"rebuild {model.name}: {msg}"),
             )
-        m.describe(f"rebuild {model.name}: done")
     print(
         f"rebuilt {report.model} ({report.path}): events read {report.events_read}, "
         f"events applied {report.events_applied}, rows written {report.rows}, "

@@ -95,7 +95,13 @@ class RateColumn(ProgressColumn):
         if speed is None and task.elapsed:  # one big step: rich has no samples to average
             speed = task.completed / task.elapsed
         unit = task.fields.get("unit", "")
-        return Text("" if speed is None else f"{speed:,.0f} {unit}/s", style="progress.data.speed")
+        text = "" if speed is None else f"{rate(speed)} {unit}/s"
+        return Text(text, style="progress.data.speed")
+
+
+def rate(per_second: float) -> str:
+    """``12,345`` or, below 10, ``2.5``: slow work (Spark tasks) still shows a rate."""
+    return f"{per_second:,.0f}" if per_second >= 10 else f"{per_second:.1f}"
 
 
 def bar() -> Progress:
@@ -191,7 +197,7 @@ class PlainMeter:
         now = time.monotonic()
         self.last = now
         elapsed = max(now - self.started, 1e-9)
-        rate = self.done / elapsed
+        speed = self.done / elapsed
         text = f"{self.description}: {self.done:,}"
         if self.total is not None:
             text += f"/{self.total:,} {self.unit}"
@@ -199,11 +205,11 @@ class PlainMeter:
                 text += f" ({100 * self.done / self.total:.1f}%)"
         else:
             text += f" {self.unit}"
-        text += f" {rate:,.0f} {self.unit}/s"
+        text += f" {rate(speed)} {self.unit}/s"
         if final:
             text += f" in {elapsed:.1f}s"
-        elif self.total is not None and rate > 0:
-            text += f" ETA {_clock(max(self.total - self.done, 0) / rate)}"
+        elif self.total is not None and speed > 0:
+            text += f" ETA {_clock(max(self.total - self.done, 0) / speed)}"
         print(text, file=sys.stderr, flush=True)
 
 

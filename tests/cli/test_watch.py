@@ -112,6 +112,6 @@ def test_export_draws_a_progress_bar_in_a_terminal(
     assert pane.exit_status() == 0
     screen = pane.screen()
     bar = next(line for line in screen.splitlines() if "export Counter" in line)
-    pattern = rf"export Counter ━+ {EVENTS}/{EVENTS} rows [\d,]+ rows/s 0:00:0\d ETA 0:00:00$"
+    pattern = rf"export Counter ━+ {EVENTS}/{EVENTS} rows [\d,.]+ rows/s 0:00:0\d ETA 0:00:00$"
     assert re.search(pattern, bar.rstrip()), bar
     assert f"wrote {EVENTS} rows to {out}" in screen
