@@ -83,15 +83,16 @@ def refresh() -> None:
     if trace_api is None or metrics_api is None or _disabled():
         STATE.tracer, STATE.metrics = None, None
         return
+    # A no-op provider records nothing: the hooks treat it as off (no per-call cost).
     tp = STATE.pinned_tracer
     if tp is GLOBAL:
         tp = trace_api.get_tracer_provider()
-        tp = tp if _real_tracer_provider(tp) else None
+    tp = tp if tp is not None and _real_tracer_provider(tp) else None
     STATE.tracer = None if tp is None else tp.get_tracer(SCOPE)
     mp = STATE.pinned_meters
     if mp is GLOBAL:
         mp = metrics_api.get_meter_provider()
-        mp = mp if _real_meter_provider(mp) else None
+    mp = mp if mp is not None and _real_meter_provider(mp) else None
     if mp is None:
         STATE.metrics = None
     elif STATE.metrics is None or STATE.metrics.provider is not mp:

@@ -11,7 +11,7 @@ next command, across processes. A malformed context is logged once and ignored.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .state import STATE, trace_api, warn_once
@@ -159,28 +159,21 @@ def first_of(texts: Sequence[str | None]) -> str | None:
     return None
 
 
+def current_span() -> Span | None:
+    """The current span if it records (tracing on and inside one of our spans)."""
+    if STATE.tracer is None:
+        return None
+    assert trace_api is not None
+    current = trace_api.get_current_span()
+    return current if current.is_recording() else None
+
+
 def event(name: str, attributes: Mapping[str, Any] | None = None) -> None:
     """Add an event to the current span (retries, decisions)."""
     if STATE.tracer is None:
         return
     assert trace_api is not None
     trace_api.get_current_span().add_event(name, attributes or {})
-
-
-@contextlib.contextmanager
-def continued(text: str | None) -> Iterator[None]:
-    """Make a stored context the current one for a block (no span of its own)."""
-    ctx = context_of(text) if STATE.tracer is not None else None
-    if ctx is None:
-        yield
-        return
-    from opentelemetry import context as context_api
-
-    token = context_api.attach(ctx)
-    try:
-        yield
-    finally:
-        context_api.detach(token)
 
 
 def ids() -> tuple[str | None, str | None]:
@@ -199,6 +192,7 @@ __all__ = [
     "NOOP",
     "context_from_headers",
     "context_of",
+    "current_span",
     "event",
     "first_of",
     "headers_of",

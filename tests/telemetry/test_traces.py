@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import reventless as rv
 from reventless import telemetry
+from tests.model import Incremented
 from tests.telemetry.conftest import by_name, parent_of
 from tests.telemetry.model import Counter, Increment, Ledger, chain_app
 
@@ -36,7 +37,12 @@ async def test_one_trace_from_command_to_the_next_command(
     assert parent_of(command) is None
     # the event carries its command's context; the mapper's command continues it
     assert stored[0].trace == _tp(command)
-    assert parent_of(s["append Counter"]) == command.context.span_id
+    # the append inside a command: an event on the command's span (no span of its own)
+    [append] = [e for e in command.events if e.name == "append"]
+    assert append.attributes is not None
+    assert append.attributes["db.collection.name"] == "Counter"
+    assert append.attributes["reventless.events"] == 1
+    assert "append Counter" not in s
     assert parent_of(s["publish Counter"]) == command.context.span_id
     assert parent_of(s["receive Counter"]) == s["publish Counter"].context.span_id
     processes = [x for x in finished if x.name == "process Counter"]
@@ -46,7 +52,7 @@ async def test_one_trace_from_command_to_the_next_command(
     assert parent_of(s["handle to_ledger"]) == command.context.span_id
     assert parent_of(s["send Note"]) == s["handle to_ledger"].context.span_id
     assert parent_of(s["execute Note"]) == s["send Note"].context.span_id
-    assert parent_of(s["append Ledger"]) == s["execute Note"].context.span_id
+    assert [e.name for e in s["execute Note"].events] == ["append"]
     assert noted[0].trace == _tp(s["execute Note"])
 
 
@@ -82,6 +88,21 @@ async def test_spans_are_not_recorded_and_nothing_is_stored_without_a_provider(
     assert telemetry.traceparent() is None
     with telemetry.span("x") as s:
         assert s is None
+
+
+async def test_an_append_outside_a_command_is_a_client_span(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    app = rv.App(store=f"sqlite:///{tmp_path / 'a.db'}")
+    log = app.event_log(Counter)
+    async with app:
+        await log.append("c-1", [Incremented(by=1)], expected_version=0)
+        [stored] = await log.read()
+    [append] = [x for x in spans.get_finished_spans() if x.name == "append Counter"]
+    assert append.attributes is not None
+    assert append.attributes["db.operation.name"] == "append"
+    assert append.attributes["db.system.name"] == "sqlite"
+    assert stored.trace is None  # its rows were built before the span (no command)
 
 
 async def test_a_store_from_before_the_trace_column_gets_it(tmp_path: Path) -> None:
