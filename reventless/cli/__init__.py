@@ -10,6 +10,7 @@ Example::
     reventless export Order orders.parquet --store sqlite:///shop.db
     reventless dead-letters --store sqlite:///shop.db
     reventless redrive order_confirmations --app examples.shop.model:app --store sqlite:///shop.db
+    reventless replay order_confirmations --app examples.shop.model:app --from 100
     reventless schedules --store sqlite:///shop.db                # pending and dead-lettered
     reventless redrive-schedules --store sqlite:///shop.db        # dead ones due again now
     reventless serve --store sqlite:///shop.db --tokens-file tokens.json --port 8000
@@ -31,7 +32,7 @@ from collections.abc import Sequence
 
 import typer
 
-from . import letters, log, operations, serving, status
+from . import letters, log, operations, replay, serving, status
 from .loading import FACTORY_RULE
 from .run import INTERRUPTED, UsageError, one_line
 
@@ -55,6 +56,7 @@ def build() -> typer.Typer:
     app.command("export")(log.export)
     app.command("dead-letters")(letters.dead_letters)
     app.command("redrive")(letters.redrive)
+    app.command("replay")(replay.replay)
     app.command("schedules")(letters.schedules)
     app.command("redrive-schedules")(letters.redrive_schedules)
     app.command("rebuild")(operations.rebuild)

@@ -17,18 +17,20 @@ from tests.cli.conftest import EVENTS
 from tests.cli.process import ROOT, command, env, reventless, user_error
 
 COMMANDS = [
-    "topics", "status", "tail", "export", "dead-letters", "redrive", "schedules",
+    "topics", "status", "tail", "export", "dead-letters", "redrive", "replay", "schedules",
     "redrive-schedules", "rebuild", "forget", "master-key", "serve", "token", "infra", "docs",
 ]  # fmt: skip
 
-#: An app whose side effect fails on every fifth increment until the file ``healed``
-#: exists beside the module: dead letters to list, count and redrive.
+#: An app whose side effect fails on every fifth ping until the file ``healed`` exists
+#: beside the module (dead letters to list, count, redrive), and writes what it sent to
+#: ``sent.txt`` (what a replay sends again).
 FLAKY = """
 from pathlib import Path
 
 import reventless as rv
 
 HEALED = Path(__file__).with_name("healed")
+SENT = Path(__file__).with_name("sent.txt")
 
 
 class Pinged(rv.Event):
@@ -60,6 +62,8 @@ def app(store: str) -> rv.App:
     def _send(ev: rv.Envelope[Pinged]) -> None:
         if ev.event.n % 5 == 0 and not HEALED.exists():
             raise ConnectionError(f"webhook down for {ev.event.n}")
+        with SENT.open("a") as f:
+            f.write(f"{ev.event.n}\\n")
 
     app.collect(flaky)
     return app
@@ -177,6 +181,32 @@ async def test_dead_letters_listed_counted_and_redriven(tmp_path: Path) -> None:
     assert redriven.stderr.splitlines()[-1].startswith("redrive flaky: 4/4 letters (100.0%)")
     after = reventless("dead-letters", "--store", url, "--json", cwd=tmp_path)
     assert json.loads(after.stdout) == []
+    sent = tmp_path / "sent.txt"
+    assert sorted(map(int, sent.read_text().split())) == list(range(1, EVENTS + 1))
+
+    # replay: the side effect runs again over offsets 10-12, its checkpoint unmoved
+    replay = ("replay", "flaky", "--app", "flaky_app:app", "--store", url)
+    again = reventless(*replay, "--from", "10", "--to", "12", cwd=tmp_path)
+    assert (again.returncode, again.stdout) == (0, "replayed: 3\n"), again.stderr
+    assert again.stderr.startswith("replay flaky: 3/3 events (100.0%)")
+    assert sent.read_text().split()[-3:] == ["10", "11", "12"]
+    (tmp_path / "healed").unlink()  # down again: the replay stops at offset 5
+    stopped = reventless(*replay, "--from", "4", "--to", "6", cwd=tmp_path)
+    assert stopped.returncode == 1, stopped.stderr
+    assert "replayed: 1; stopped at Pinger offset 5: ConnectionError: webhook down for 5" in (
+        stopped.stdout
+    )
+    assert "(resume with --from 5)" in stopped.stdout
+    assert sent.read_text().split()[-1] == "4"
+    topics = json.loads(reventless("topics", "--store", url, "--json", cwd=tmp_path).stdout)
+    assert [c["checkpoint"] for c in topics["collectors"]] == [EVENTS]
+
+
+def test_replay_refuses_a_read_model() -> None:
+    result = reventless(
+        "replay", "order_summaries", "--app", "examples.shop.model:app", "--from", "1", cwd=ROOT
+    )
+    user_error(result, "order_summaries is a read model", "reventless rebuild")
 
 
 def test_docs_asyncapi_is_wired_or_says_it_is_missing(tmp_path: Path) -> None:
