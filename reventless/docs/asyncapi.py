@@ -55,6 +55,14 @@ RELAY_HEADERS: dict[str, Any] = {
         "description": "The event types in the message, comma separated.",
     },
 }
+#: W3C trace context of the publish (with the ``otel`` extra and tracing on).
+TRACE_HEADERS: dict[str, Any] = {
+    "traceparent": {
+        "type": "string",
+        "description": "W3C traceparent of the relay's publish span (when tracing is on).",
+    },
+    "tracestate": {"type": "string", "description": "W3C tracestate (when there is one)."},
+}
 _RELAY_REQUIRED = ["rv-first", "rv-last", "rv-count", "rv-prev"]
 
 #: Header schemas per broker family (the names the adapters use).
@@ -62,7 +70,7 @@ HEADERS: dict[str, dict[str, Any]] = {
     "memory": {
         "type": "object",
         "description": "The relay's headers, handed over in process.",
-        "properties": RELAY_HEADERS,
+        "properties": {**RELAY_HEADERS, **TRACE_HEADERS},
         "required": _RELAY_REQUIRED,
     },
     "nats": {
@@ -76,6 +84,7 @@ HEADERS: dict[str, dict[str, Any]] = {
             },
             "Rv-Key": {"type": "string", "description": "The topic partition (message key)."},
             **RELAY_HEADERS,
+            **TRACE_HEADERS,
         },
         "required": ["Nats-Msg-Id", *_RELAY_REQUIRED],
     },
@@ -102,6 +111,7 @@ HEADERS: dict[str, dict[str, Any]] = {
                 "description": "The relay's headers (rv-first, rv-last, rv-count, rv-prev, "
                 "rv-types) as a JSON object.",
             },
+            **TRACE_HEADERS,
         },
         "required": ["rv-topic", "rv-id"],
     },
@@ -316,13 +326,16 @@ def _channels(
     send_servers = refs[:1]  # sns+sqs: the relay publishes to SNS, collectors read SQS
     recv_servers = refs[-1:]
     partitions = {t: p for t, (p, _) in channels.topics.items()}
+    tenants = {n: t.definition.tenant for n, t in app.topics.items()}
     for topic, address in names.topics.items():
         ch = _key(servers[0], topic)
         msg = {topic: {"$ref": f"#/components/messages/{schema_key(family, topic)}"}}
         channel: dict[str, Any] = {
             "address": address,
             "title": f"topic {topic}",
-            "description": f"Topic {topic} ({partitions[topic]} partition(s)).",
+            "description": f"Topic {topic} ({partitions[topic]} partition(s)"
+            + (f", tenant {tenants[topic]}" if tenants.get(topic) else "")
+            + ").",
             "servers": send_servers if family == "aws" else refs,
             "messages": msg,
         }

@@ -49,6 +49,8 @@ META_DOCS = {
     "_ip": "Client address of the request that caused the event.",
     "_tenant": "Tenant of the event (null: global).",
     "_partition": "Topic partition: crc32(aggregate id) % partitions.",
+    "_trace": "W3C trace context of the command that appended the event (traceparent, "
+    "then a space and tracestate if any); null without tracing.",
 }
 
 

@@ -32,13 +32,13 @@ class Verdict:
         return [d for d in self.diagnostics if d["severity"] == "error"]
 
 
-Validate = Callable[[dict[str, Any]], Verdict]
+Validate = Callable[..., list[Verdict]]
 
 
 @pytest.fixture(scope="session")
 def validate(tmp_path_factory: pytest.TempPathFactory) -> Validate:
-    """Validate a document (a dict) with the AsyncAPI parser; missing node or parser
-    skips (fails under CI=true)."""
+    """Validate documents (dicts) with the AsyncAPI parser, in one node process; missing
+    node or parser skips (fails under CI=true)."""
     node = shutil.which("node")
     if node is None:
         unavailable("node is missing (apt-get install nodejs npm)")
@@ -46,15 +46,18 @@ def validate(tmp_path_factory: pytest.TempPathFactory) -> Validate:
         unavailable("@asyncapi/parser is missing: run bash infra/local/asyncapi.sh")
     folder = tmp_path_factory.mktemp("asyncapi")
 
-    def run(doc: dict[str, Any]) -> Verdict:
-        path = folder / "asyncapi.json"
-        path.write_text(json.dumps(doc))
+    def run(*docs: dict[str, Any]) -> list[Verdict]:
+        paths = []
+        for i, doc in enumerate(docs):
+            paths.append(folder / f"asyncapi-{i}.json")
+            paths[-1].write_text(json.dumps(doc))
         proc = subprocess.run(
-            [node, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60
+            [node, str(SCRIPT), *map(str, paths)], capture_output=True, text=True, timeout=120
         )
         assert proc.returncode in (0, 1), f"validator failed: {proc.stderr}"
-        out = json.loads(proc.stdout)
-        assert out["valid"] == (proc.returncode == 0)
-        return Verdict(out["valid"], out["diagnostics"])
+        out = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert [o["file"] for o in out] == list(map(str, paths))
+        assert all(o["valid"] for o in out) == (proc.returncode == 0)
+        return [Verdict(o["valid"], o["diagnostics"]) for o in out]
 
     return run

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from datetime import date
+from decimal import Decimal
 from typing import Annotated, Any
 
 import pyarrow as pa
@@ -45,7 +47,7 @@ def _check_refs(doc: dict[str, Any]) -> int:
 def test_shop_document_is_valid(validate: Validate) -> None:
     app = build("sqlite://").app
     doc = document(app)
-    verdict = validate(doc)
+    [verdict] = validate(doc)
     assert verdict.valid, verdict.errors()
     assert _check_refs(doc) > 40
     assert doc["asyncapi"] == "3.0.0"
@@ -143,7 +145,7 @@ def test_personal_dcb_and_several_brokers(validate: Validate, members: int) -> N
 
     app = _rich_app(members)
     doc = document(app, brokers=[NATS, AWS, "memory://"], title="records", version="2.1.0")
-    verdict = validate(doc)
+    [verdict] = validate(doc)
     assert verdict.valid, verdict.errors()
     _check_refs(doc)
     text = repr(doc)
@@ -196,29 +198,82 @@ def test_personal_dcb_and_several_brokers(validate: Validate, members: int) -> N
 def test_the_parser_refuses_broken_documents(validate: Validate) -> None:
     """The validator can fail: documents broken in ways a generator could break them."""
     good = document(build("sqlite://").app)
-    assert validate(good).valid
 
     bad_ref = copy.deepcopy(good)
     bad_ref["operations"]["memory-relay-Order"]["channel"] = {"$ref": "#/channels/nope"}
-    verdict = validate(bad_ref)
-    assert not verdict.valid and verdict.errors()
-
     v2_action = copy.deepcopy(good)
     v2_action["operations"]["memory-relay-Order"]["action"] = "publish"
-    verdict = validate(v2_action)
-    assert not verdict.valid
-    assert any("action" in e["path"] or "action" in e["message"] for e in verdict.errors())
-
     no_host = copy.deepcopy(good)
     del no_host["servers"]["memory"]["host"]
-    assert not validate(no_host).valid
-
     bad_schema = copy.deepcopy(good)
     bad_schema["components"]["schemas"]["Order.OrderPlaced"]["type"] = 7
-    assert not validate(bad_schema).valid
+
+    verdicts = validate(good, bad_ref, v2_action, no_host, bad_schema)
+    assert [v.valid for v in verdicts] == [True, False, False, False, False]
+    assert all(v.errors() for v in verdicts[1:])
+    assert any("action" in e["path"] or "action" in e["message"] for e in verdicts[2].errors())
+
+
+def test_leased_groups_and_tenant_topics(validate: Validate) -> None:
+    opts = rv.AppOptions(collector=rv.CollectorOptions(group="leased"))
+    app = rv.App(store="sqlite://", service="records", options=opts)
+    app.event_log(Person, partitions=3, tenant="acme")
+    app.collect(audit)
+    doc = document(app, brokers=["memory://", AWS])
+    [verdict] = validate(doc)
+    assert verdict.valid, verdict.errors()
+    assert "tenant acme" in doc["channels"]["memory-Person"]["description"]
+    leases = [
+        o
+        for k, o in doc["operations"].items()
+        if k.startswith("memory-") and o["action"] == "receive"
+    ]
+    assert sorted(p for o in leases for p in o["x-reventless-partitions"]) == [0, 1, 2]
+    assert {o["x-reventless-component"] for o in leases} == {"audit.trail"}
+    assert len([c for c in doc["channels"] if c.startswith("sqs-")]) == 3
 
 
 def test_unknown_broker_scheme_is_a_spec_error() -> None:
     app = build("sqlite://").app
     with pytest.raises(SpecError, match="kafka"):
         document(app, brokers=["kafka://localhost:9092"])
+
+
+async def test_documented_headers_are_the_ones_adapters_send(tmp_path: Any) -> None:
+    """Headers of a real relay message (captured from the broker), and what the NATS and
+    SNS/SQS adapters make of them, are all in the document's header schemas."""
+    require_package("reventless_aws", "pip install -e adapters/aws")
+    from reventless_aws import codec
+    from reventless_nats.broker import KEY, MSG_ID
+
+    from examples.shop.model import PlaceOrder
+    from reventless.broker import Message
+
+    shop = build(f"sqlite:///{tmp_path}/shop.db")
+    doc = document(shop.app, brokers=["memory://", NATS, AWS])
+    schemas = doc["components"]["schemas"]
+    got: list[Message] = []
+    arrived = asyncio.Event()
+
+    async def capture(messages: Any) -> None:
+        got.extend(messages)
+        arrived.set()
+
+    async with shop.app:
+        await shop.app.broker.subscribe("doc-probe", ["Order"], capture)
+        await shop.orders.execute(
+            "o-1", PlaceOrder(customer_id="c-1", sku="s-1", qty=1, unit_price=Decimal("2.5"))
+        )
+        async with asyncio.timeout(10):
+            await arrived.wait()
+    msg = got[0]
+    memory = schemas["MemoryHeaders"]
+    assert set(msg.headers) <= set(memory["properties"])
+    assert set(memory["required"]) <= set(msg.headers)
+    nats = {**msg.headers, MSG_ID: msg.msg_id, KEY: msg.key}  # as JetStreamBroker.publish
+    assert set(nats) <= set(schemas["NatsHeaders"]["properties"])
+    traced = Message(msg.topic, msg.data, msg.msg_id, {**msg.headers, "traceparent": "00-x"})
+    for m in (msg, traced):
+        attrs = codec.attributes(m)
+        assert set(attrs) <= set(schemas["AwsHeaders"]["properties"])
+        assert set(schemas["AwsHeaders"]["required"]) <= set(attrs)

@@ -1,9 +1,9 @@
 // Validate an AsyncAPI document with the real AsyncAPI parser (@asyncapi/parser, installed
 // by infra/local/asyncapi.sh into .reventless/node/).
-//   node tests/docs/validate_asyncapi.cjs FILE
-// Prints one JSON object: {"valid": bool, "version": ..., "diagnostics": [{severity, code,
-// message, path}]} (severity: error, warning, info, hint). Exit 0: valid (no errors);
-// 1: the parser found errors; 2: the file or the parser is missing.
+//   node tests/docs/validate_asyncapi.cjs FILE [FILE...]
+// Prints one line of JSON per file: {"file", "valid": bool, "version", "diagnostics":
+// [{severity, code, message, path}]} (severity: error, warning, info, hint). Exit 0: all
+// valid (no errors); 1: the parser found errors in one; 2: a file or the parser is missing.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -16,22 +16,21 @@ try {
   console.error(`@asyncapi/parser is missing in ${root}: run bash infra/local/asyncapi.sh`);
   process.exit(2);
 }
-const file = process.argv[2];
-if (!file) {
-  console.error("usage: validate_asyncapi.cjs FILE");
-  process.exit(2);
-}
-let text;
-try {
-  text = fs.readFileSync(file, "utf8");
-} catch (err) {
-  console.error(`cannot read ${file}: ${err.message}`);
+const files = process.argv.slice(2);
+if (files.length === 0) {
+  console.error("usage: validate_asyncapi.cjs FILE [FILE...]");
   process.exit(2);
 }
 const SEVERITY = ["error", "warning", "info", "hint"];
 
-(async () => {
-  const parser = new Parser();
+async function check(parser, file) {
+  let text;
+  try {
+    text = fs.readFileSync(file, "utf8");
+  } catch (err) {
+    console.error(`cannot read ${file}: ${err.message}`);
+    process.exit(2);
+  }
   const { document, diagnostics } = await parser.parse(text, { source: path.resolve(file) });
   const out = diagnostics.map((d) => ({
     severity: SEVERITY[d.severity] || String(d.severity),
@@ -40,8 +39,18 @@ const SEVERITY = ["error", "warning", "info", "hint"];
     path: (d.path || []).join("/"),
   }));
   const valid = document !== undefined && !out.some((d) => d.severity === "error");
-  console.log(JSON.stringify({ valid, version: document ? document.version() : null, diagnostics: out }));
-  process.exit(valid ? 0 : 1);
+  const version = document ? document.version() : null;
+  console.log(JSON.stringify({ file, valid, version, diagnostics: out }));
+  return valid;
+}
+
+(async () => {
+  const parser = new Parser();
+  let all = true;
+  for (const file of files) {
+    all = (await check(parser, file)) && all;
+  }
+  process.exit(all ? 0 : 1);
 })().catch((err) => {
   console.error(`parser crashed: ${err && err.stack ? err.stack : err}`);
   process.exit(2);
