@@ -30,7 +30,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -53,6 +53,8 @@ from .specs import Counter, Increment, Incremented, totals
 MODES = ("off", "no-op", "SDK", "SDK + batch")
 PLOT = Path(__file__).parent / "plots" / "lag_throughput.png"
 perf = time.perf_counter
+cpu = time.process_time  # the whole process: the exporter's thread counts too
+Timing = tuple[int, float, float]  # operations, wall seconds, CPU seconds
 
 
 def app_at(where: Path) -> rv.App:
@@ -76,7 +78,9 @@ class Mode:
             tp, mp = TracerProvider(), MeterProvider()
         elif name == "SDK + batch":
             tp = TracerProvider()
-            exporter = ConsoleSpanExporter(out=sink, formatter=lambda s: s.to_json(indent=None) + "\n")
+            exporter = ConsoleSpanExporter(
+                out=sink, formatter=lambda s: s.to_json(indent=None) + "\n"
+            )
             tp.add_span_processor(BatchSpanProcessor(exporter))
             reader = PeriodicExportingMetricReader(
                 ConsoleMetricExporter(out=sink), export_interval_millis=1000
@@ -92,19 +96,18 @@ class Mode:
         telemetry.configure(tracer_provider=None, meter_provider=None)
 
 
-async def seq_commands(where: Path, n: int) -> float:
+async def seq_commands(where: Path, n: int) -> Timing:
     app = app_at(where)
     log = app.event_log(Counter)
     async with app:
         await log.execute("seq", Increment(by=1))
-        t0 = perf()
+        t0, c0 = perf(), cpu()
         for _ in range(n):
             await log.execute("seq", Increment(by=1))
-        dt = perf() - t0
-    return n / dt
+        return n, perf() - t0, cpu() - c0
 
 
-async def concurrent_commands(where: Path, per: int, workers: int = 64) -> float:
+async def concurrent_commands(where: Path, per: int, workers: int = 64) -> Timing:
     app = app_at(where)
     log = app.event_log(Counter)
 
@@ -114,13 +117,12 @@ async def concurrent_commands(where: Path, per: int, workers: int = 64) -> float
 
     async with app:
         await asyncio.gather(*(log.execute(f"conc-{i}", Increment(by=1)) for i in range(workers)))
-        t0 = perf()
+        t0, c0 = perf(), cpu()
         await asyncio.gather(*(worker(i) for i in range(workers)))
-        dt = perf() - t0
-    return workers * per / dt
+        return workers * per, perf() - t0, cpu() - c0
 
 
-async def catch_up(where: Path, aggs: int, per: int) -> float:
+async def catch_up(where: Path, aggs: int, per: int) -> Timing:
     pre = app_at(where)
     log = pre.event_log(Counter)
     events = [Incremented(by=1) for _ in range(per)]
@@ -135,28 +137,28 @@ async def catch_up(where: Path, aggs: int, per: int) -> float:
     app = app_at(where)
     app.event_log(Counter)
     view = app.collect(totals)
-    t0 = perf()
+    t0, c0 = perf(), cpu()
     await app.start()
     try:
         await app.settle()
-        dt = perf() - t0
+        dt, dc = perf() - t0, cpu() - c0
         rows = await view.all()
         assert sum(r.events for r in rows) == aggs * per, "catch-up missed events"
     finally:
         await app.stop()
-    return aggs * per / dt
+    return aggs * per, dt, dc
 
 
-def measure(quick: bool) -> dict[str, dict[str, list[float]]]:
+def measure(quick: bool) -> dict[str, dict[str, list[Timing]]]:
     """Rates per workload and mode, modes interleaved (rotated) round by round."""
     rounds = 3 if quick else 5
     seq_n, conc_per, cu_aggs = (300, 10, 50) if quick else (2000, 60, 300)
-    work: dict[str, Callable[[Path], Awaitable[float]]] = {
+    work: dict[str, Callable[[Path], Coroutine[Any, Any, Timing]]] = {
         "commands/s, sequential": lambda p: seq_commands(p, seq_n),
         "commands/s, 64 concurrent": lambda p: concurrent_commands(p, conc_per),
         "catch-up events/s": lambda p: catch_up(p, cu_aggs, 100),
     }
-    out: dict[str, dict[str, list[float]]] = {w: {m: [] for m in MODES} for w in work}
+    out: dict[str, dict[str, list[Timing]]] = {w: {m: [] for m in MODES} for w in work}
     with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "export.jsonl", "w") as sink:
         for r in range(rounds):
             for k in range(len(MODES)):
@@ -174,28 +176,33 @@ def measure(quick: bool) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def report(rates: dict[str, dict[str, list[float]]], cmd: str) -> str:
+def report(timings: dict[str, dict[str, list[Timing]]], cmd: str) -> str:
     lines = [
         "### Telemetry cost",
         "",
-        f"`{cmd}` (one run, modes interleaved round by round; median rate, ratio to *off* "
-        "in brackets):",
+        f"`{cmd}` (one run, modes interleaved round by round). Each cell: the median rate "
+        "(wall clock), the process's median CPU time per operation, and in brackets the "
+        "rate relative to *off* by CPU time (the machine is shared, so CPU time is the "
+        "steadier measure of what telemetry adds):",
         "",
         "| workload | " + " | ".join(MODES) + " |",
         "|---|" + "---|" * len(MODES),
     ]
-    for name, by_mode in rates.items():
-        off = statistics.median(by_mode["off"])
+    for name, by_mode in timings.items():
+        off_cpu = statistics.median(c / n for n, _, c in by_mode["off"])
         cells = []
         for m in MODES:
-            med = statistics.median(by_mode[m])
-            cells.append(f"{med:,.0f}" + ("" if m == "off" else f" ({med / off:.2f}x)"))
+            rate = statistics.median(n / w for n, w, _ in by_mode[m])
+            per = statistics.median(c / n for n, _, c in by_mode[m])
+            ratio = "" if m == "off" else f" ({off_cpu / per:.2f}x)"
+            cells.append(f"{rate:,.0f}/s, {per * 1e6:,.1f} us{ratio}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "*off*: no provider; *no-op*: the API's no-op providers, every hook runs through the "
-        "API; *SDK*: spans and measurements made and dropped; *SDK + batch*: spans exported "
-        "as JSON to a file by `BatchSpanProcessor`, metrics to a file each second.",
+        "*off*: no provider; *no-op*: the API's no-op providers (reventless sees they record "
+        "nothing and treats them as off); *SDK*: spans and measurements made and dropped; "
+        "*SDK + batch*: spans exported as JSON to a file by `BatchSpanProcessor`, metrics "
+        "to a file each second.",
     ]
     return "\n".join(lines)
 
@@ -210,7 +217,7 @@ def _total(reader: InMemoryMetricReader, name: str) -> float:
         for sm in rm.scope_metrics:
             for m in sm.metrics:
                 if m.name == name:
-                    total += sum(p.value for p in m.data.data_points)  # type: ignore[union-attr]
+                    total += sum(getattr(p, "value", 0) for p in m.data.data_points)
     return total
 
 

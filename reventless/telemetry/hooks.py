@@ -84,13 +84,9 @@ def command(topic: str, name: str, aggregate_id: str) -> _CM:
     """The span of one command's execution (decide, append, retries)."""
     if STATE.tracer is None:
         return NOOP
+    # few attributes: the SDK validates each one (the command is in the span's name)
     return span(
-        f"execute {name}",
-        {
-            "reventless.topic": topic,
-            "reventless.command": name,
-            "reventless.aggregate.id": aggregate_id,
-        },
+        f"execute {name}", {"reventless.topic": topic, "reventless.aggregate.id": aggregate_id}
     )
 
 
@@ -107,10 +103,10 @@ class _AppendEvent:
         self._t0 = time.perf_counter()
 
     def __exit__(self, et: type[BaseException] | None, *_: object) -> None:
-        attrs = {**self._attrs, "reventless.duration_s": time.perf_counter() - self._t0}
+        self._attrs["reventless.duration_s"] = time.perf_counter() - self._t0
         if et is not None:
-            attrs["error.type"] = et.__name__
-        self._span.add_event("append", attrs)
+            self._attrs["error.type"] = et.__name__
+        self._span.add_event("append", self._attrs)
 
 
 def appending(topic: str, events: int, system: str = "") -> _CM:
@@ -126,7 +122,8 @@ def appending(topic: str, events: int, system: str = "") -> _CM:
     if tracer is not None:
         current = tracing.current_span()
         if current is not None:
-            cm = _AppendEvent(current, {**attrs, "reventless.events": events})
+            # the command's span names the topic already
+            cm = _AppendEvent(current, {"reventless.events": events})
         else:
             cm = span(f"append {topic}", attrs, kind=tracing.CLIENT)
     if metrics is None:
