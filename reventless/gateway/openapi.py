@@ -564,11 +564,31 @@ def _operation(op: Operation) -> dict[str, Any]:
     return out
 
 
+def _links(op: Operation, ops: tuple[Operation, ...]) -> dict[int, dict[str, Any]]:
+    """What a client may call next with what an answer gave it: a new subscription's id
+    (every operation on a subscription), a member's id and worker (the member's
+    operations)."""
+    if op.name == "create":
+        nxt = [o for o in ops if _ID in o.params]
+        values = {"id": "$response.body#/id"}
+        status = 201
+    elif op.name == "heartbeat":
+        nxt = [o for o in ops if _WORKER in o.params and o is not op]
+        values = {"id": "$request.path.id", "worker": "$request.path.worker"}
+        status = 200
+    else:
+        return {}
+    return {status: {o.name: {"operationId": o.name, "parameters": dict(values)} for o in nxt}}
+
+
 def document(max_limit: int = 10_000, *, title: str = "reventless gateway") -> dict[str, Any]:
     """The OpenAPI 3.1 document of the gateway's routes (``operations(max_limit)``)."""
     paths: dict[str, dict[str, Any]] = {}
-    for op in operations(max_limit):
-        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op)
+    ops = operations(max_limit)
+    for op in ops:
+        out = paths.setdefault(op.path, {})[op.method.lower()] = _operation(op)
+        for status, links in _links(op, ops).items():
+            out["responses"][str(status)]["links"] = links
     return {
         "openapi": "3.1.0",
         "info": {
