@@ -283,3 +283,24 @@ async def test_personal_fields_are_sealed_unless_opened(
     assert sealed and all(is_sealed(r.name) for r in sealed)
     opened = frame_rows(source(spark, file_url, log.name, opened=True), log.arrow_schema)
     assert opened.equals(want)
+
+
+async def test_a_dcb_log_reads_with_its_tags(spark: Any, file_url: str) -> None:
+    from tests.spark.dcbmodel import CourseDefined, StudentSubscribed
+
+    app = rv.App(store=file_url)
+    log = app.dcb_log("courses", events=CourseDefined | StudentSubscribed)
+    async with app:
+        await log.append([CourseDefined(course_id="c1", capacity=3)])
+        for i in range(4):
+            await log.append(
+                [StudentSubscribed(course_id="c1", student_id=f"s{i}")],
+                tags=["term:2026"] if i % 2 else None,
+            )
+        want = pa.Table.from_batches([b async for b in log.topic.read_batches()])
+    df = source(spark, file_url, "courses", where="tag = 'term:2026'")
+    got = frame_rows(df, log.topic.arrow_schema)
+    assert got.column("_tags").to_pylist() == [
+        t for t in want.column("_tags").to_pylist() if "term:2026" in t
+    ]
+    assert got.column("_tags").to_pylist()[0] == ["course:c1", "student:s1", "term:2026"]
