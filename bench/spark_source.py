@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     n = 100_000 if a.quick else a.events
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))  # executors import examples
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))  # workers import the repo
     with tempfile.TemporaryDirectory(prefix="rv-bench-source-") as tmp:
         url = a.store or f"sqlite:///{Path(tmp) / 'log.db'}"
         store = "PostgreSQL" if a.store else "a SQLite file"
