@@ -351,6 +351,7 @@ class EventLog(Topic, Generic[A]):
                 None,
                 rows[0][TENANT_AT - 1] if rows else tenant,
             ),
+            trace=telemetry.traceparent(),
         )
 
     def _tagged(self, rows: list[tuple[Any, ...]], tags: Iterable[str]) -> list[tuple[Any, ...]]:

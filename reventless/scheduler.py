@@ -54,6 +54,7 @@ from .scheduling import (
     SystemClock,
     schedule_command_id,
     stored_meta,
+    stored_trace,
     to_us,
 )
 from .spec import Aggregate, Command
@@ -345,7 +346,7 @@ class Scheduler:
             target = self.resolve(s.topic)
             command = self._command(target, s)
             late = (self._now() - s.due_at_us) / 1_000_000
-            with telemetry.firing(s.command_type, s.topic, late):
+            with telemetry.firing(s.command_type, s.topic, late, stored_trace(s.meta)):
                 result = await target.execute(
                     s.aggregate_id,
                     command,

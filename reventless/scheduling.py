@@ -45,6 +45,7 @@ __all__ = [
     "from_us",
     "schedule_command_id",
     "schedule_writes",
+    "stored_trace",
     "to_us",
 ]
 
@@ -164,13 +165,15 @@ class ScheduledCommand:
 ScheduleWrite = ScheduledCommand | CancelSchedule
 
 
-def meta_json(meta: Metadata) -> str:
-    """The metadata a fired command inherits, as stored with its schedule."""
+def meta_json(meta: Metadata, trace: str | None = None) -> str:
+    """The metadata a fired command inherits, as stored with its schedule (and the trace
+    context of the decision that scheduled it: the firing continues that trace)."""
     keep = {
         "correlation_id": meta.correlation_id,
         "causation_id": meta.causation_id,
         "user": meta.user,
         "tenant": meta.tenant,
+        "traceparent": trace,
     }
     return json.dumps({k: v for k, v in keep.items() if v is not None}, sort_keys=True)
 
@@ -186,6 +189,12 @@ def stored_meta(text: str | None) -> Metadata:
     )
 
 
+def stored_trace(text: str | None) -> str | None:
+    """The trace context stored with a schedule (None: none)."""
+    value = json.loads(text).get("traceparent") if text else None
+    return value if isinstance(value, str) else None
+
+
 def schedule_writes(
     directives: Iterable[Directive],
     *,
@@ -193,6 +202,7 @@ def schedule_writes(
     topic_of: Callable[[type[Aggregate] | str], str],
     default_id: Callable[[int], str],
     meta: Metadata,
+    trace: str | None = None,
 ) -> list[ScheduleWrite]:
     """What a producer stores for the ``directives`` its handler returned, in order.
 
@@ -201,7 +211,7 @@ def schedule_writes(
     carry (correlation, causation, user, tenant).
     """
     out: list[ScheduleWrite] = []
-    stored = meta_json(meta)
+    stored = meta_json(meta, trace)
     for i, d in enumerate(directives):
         if isinstance(d, CancelSchedule):
             out.append(d)

@@ -177,6 +177,7 @@ class _RetryingCollector(Collector):
                 None,
                 ev.meta.tenant,
             ),
+            trace=telemetry.traceparent() or ev.trace,
         )
 
     async def process(

@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import reventless as rv
 from reventless import telemetry
 from tests.model import Incremented
+from tests.schedule.model import EXPIRY, START, Order, Place
 from tests.telemetry.conftest import by_name, parent_of
 from tests.telemetry.model import Counter, Increment, Ledger, chain_app
 
@@ -119,3 +120,20 @@ async def test_a_store_from_before_the_trace_column_gets_it(tmp_path: Path) -> N
     async with app:
         await log.execute("c-1", Increment(by=1))
         assert [e.version for e in await log.read()] == [1, 2]
+
+
+async def test_a_scheduled_command_continues_the_trace_that_scheduled_it(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    clock = rv.ManualClock(START)
+    app = rv.App(store=f"sqlite:///{tmp_path / 'a.db'}", options=rv.AppOptions(clock=clock))
+    orders = app.event_log(Order)
+    async with app:
+        await orders.execute("o-1", Place(total=1))  # schedules its expiry
+        [fired] = await app.scheduler.advance(EXPIRY)
+        assert fired.fired
+    s = by_name(spans.get_finished_spans())
+    place, fire, expire = s["execute Place"], s["fire Expire"], s["execute Expire"]
+    assert fire.context.trace_id == place.context.trace_id
+    assert parent_of(fire) == place.context.span_id
+    assert parent_of(expire) == fire.context.span_id
