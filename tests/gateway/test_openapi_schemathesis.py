@@ -25,6 +25,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
+from prometheus_client.parser import text_string_to_metric_families
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -237,3 +238,29 @@ def test_stateful_sequences_follow_the_documents_links(live: str) -> None:
     print("\n".join(f"{k}: {n}" for k, n in sorted(steps.items())))
     linked = {k for k in steps if "{id}" in k and k.endswith((" 200", " 201"))}
     assert len(linked) >= 6, steps  # the links took it to many operations on live ids
+
+
+def test_metrics_count_what_the_gateway_served(live: str) -> None:
+    """``/metrics`` of the gateway process: Prometheus text that moves with what it serves
+    (reventless's instruments record from the first scrape on)."""
+    op = {"Authorization": f"Bearer {OPERATOR}"}
+
+    def families() -> dict[str, float]:
+        r = httpx.get(f"{live}/metrics", headers=op)
+        assert r.status_code == 200, r.text
+        assert r.headers["content-type"].startswith("text/plain")
+        return {
+            f"{s.name}{sorted(s.labels.items())}": s.value
+            for fam in text_string_to_metric_families(r.text)
+            for s in fam.samples
+            if fam.name != "target_info"
+        }
+
+    before = families()
+    sub = httpx.post(f"{live}/subscriptions", json={"topic": KNOWN_TOPIC}, headers=op).json()
+    with httpx.stream("GET", f"{live}/subscriptions/{sub['id']}/stream", headers=op) as s:
+        for line in s.iter_lines():
+            if line == "id: 3":
+                break
+    after = families()
+    assert after != before, after
