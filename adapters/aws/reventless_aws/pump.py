@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from reventless import telemetry
 from reventless.broker import Handler, Message, wanted
 from reventless.errors import BrokerError
 
@@ -156,7 +157,9 @@ class Pump:
                 await self._pause(delay)
                 continue
             if errors:
-                log.info("group %s: receiving again", self.group)
+                log.info(
+                    "group %s: receiving again", self.group, extra=telemetry.fields(self.group)
+                )
                 errors = 0
             if raws and self.stopping:
                 receipts = [str(r["ReceiptHandle"]) for r in raws]
@@ -270,6 +273,7 @@ class Pump:
                 head.receives,
                 o.max_receive,
                 error_text(exc),
+                extra=telemetry.fields(self.group, topic=head.message.topic),
             )
             if rest[1:]:
                 await b.change_visibility(self.queue_url, [d.receipt for d in rest[1:]], 0)
@@ -284,6 +288,7 @@ class Pump:
             len(rest) - 1,
             delay,
             error_text(exc),
+            extra=telemetry.fields(self.group, topic=head.message.topic),
         )
 
     async def _dead_letter_raw(self, poison: list[tuple[dict[str, Any], str]]) -> None:
@@ -291,7 +296,12 @@ class Pump:
         b = self.session
         await b.to_dlq(self.dlq_url, [(raw, err, self.group) for raw, err in poison])
         await b.delete(self.queue_url, [str(raw["ReceiptHandle"]) for raw, _ in poison])
-        log.error("group %s: %d malformed message(s) dead-lettered", self.group, len(poison))
+        log.error(
+            "group %s: %d malformed message(s) dead-lettered",
+            self.group,
+            len(poison),
+            extra=telemetry.fields(self.group),
+        )
 
     async def _keep_alive(self, receipts: list[str]) -> None:
         """While handlers run, keep the messages invisible (ChangeMessageVisibilityBatch)."""

@@ -39,6 +39,7 @@ from nats.js.api import (
     StreamInfo,
 )
 
+from reventless import telemetry
 from reventless.broker import BrokerCapabilities, Handler, Message
 from reventless.errors import BrokerError
 
@@ -198,12 +199,14 @@ class JetStreamBroker:
 
     async def _on_disconnected(self) -> None:
         if self._nc is not None:  # else: close() is closing it
-            log.warning("NATS: disconnected, reconnecting")
+            log.warning("NATS: disconnected, reconnecting", extra=telemetry.fields("nats"))
 
     async def _on_reconnected(self) -> None:
         self._last_error = ""
         url = self._nc.connected_url if self._nc is not None else None
-        log.warning("NATS: reconnected to %s", url.netloc if url else "?")
+        log.warning(
+            "NATS: reconnected to %s", url.netloc if url else "?", extra=telemetry.fields("nats")
+        )
 
     async def _on_closed(self) -> None:
         log.info("NATS: connection closed")

@@ -25,6 +25,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from reventless import telemetry
 from reventless.broker import Handler, Message, wanted
 from reventless.errors import BrokerError
 
@@ -156,7 +157,12 @@ class Pump:
                 await self._pause(await self._recover(exc, errors))
                 continue
             if errors:
-                log.info("group %s topic %s: fetching again", self.group, self.topic)
+                log.info(
+                    "group %s topic %s: fetching again",
+                    self.group,
+                    self.topic,
+                    extra=telemetry.fields(self.group, topic=self.topic),
+                )
                 errors = 0
             if batch:
                 await self._dispatch(batch)
@@ -262,6 +268,7 @@ class Pump:
                 len(last),
                 o.max_deliver,
                 exc,
+                extra=telemetry.fields(self.group, topic=self.topic),
             )
         if not again:
             return 0.0
@@ -278,6 +285,7 @@ class Pump:
             len(again),
             delay,
             exc,
+            extra=telemetry.fields(self.group, topic=self.topic),
         )
         return delay
 
