@@ -190,7 +190,7 @@ def test_no_server_error_and_every_answer_as_documented(live: str) -> None:
     assert got.ran >= 19 + 13  # positive: all; negative: those with parameters or a body
     # on every operation some cases got past the token, input and "not found" checks
     stream = got.seen.pop("GET /subscriptions/{id}/stream")
-    assert set(stream) == {400, 401, 404}, stream
+    assert 404 in stream and set(stream) <= {400, 401, 404}, stream
     assert all(set(c) - {400, 401, 404} for c in got.seen.values()), got.seen
 
 
