@@ -32,9 +32,10 @@ from collections.abc import Sequence
 
 import typer
 
+from ..errors import ReventlessError
 from . import letters, log, operations, replay, serving, status
 from .loading import FACTORY_RULE
-from .run import INTERRUPTED, UsageError, one_line
+from .run import INTERRUPTED, USER_ERROR, UsageError, one_line
 
 __all__ = ["FACTORY_RULE", "UsageError", "build", "main"]
 
@@ -97,8 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except typer.Abort:
         return INTERRUPTED
+    except ReventlessError as exc:  # raised before a command's coroutine ran
+        print(f"reventless: error: {one_line(str(exc))}", file=sys.stderr)
+        return USER_ERROR
     return code if isinstance(code, int) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

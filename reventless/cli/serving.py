@@ -22,7 +22,7 @@ import typer
 from ..errors import ReventlessError
 from .log import DEFAULT_STORE, Store
 from .params import PORT, cert_reqs, seconds
-from .run import UsageError, run
+from .run import UsageError, fail, run
 
 if TYPE_CHECKING:
     from ..gateway import TlsOptions
@@ -217,12 +217,18 @@ def token_hash(
     new: Annotated[
         bool, typer.Option("--new", help="generate a random token; print it and its hash")
     ] = False,
+    argument: Annotated[list[str] | None, typer.Argument(hidden=True)] = None,
 ) -> None:
     """Print the sha256$<hex> line of a token read from stdin (or of a new one).
 
     The token on stdin (a terminal: asked for without echo), or with --new a new random
     token and its hash. A token is never taken as an argument: the shell history and ps
     would keep it."""
+    if argument:  # refused without echoing it: the token may be in it
+        fail(
+            "a token is never taken as an argument (the shell history and ps keep it): "
+            "pipe it on stdin, or use --new"
+        )
     run(_token_hash(new))
 
 
