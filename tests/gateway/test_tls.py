@@ -377,7 +377,7 @@ def _bad_cases(pki: Pki, d: Path) -> dict[str, tuple[list[str], str]]:
                     f"TLS CA certificates {d / 'junk.pem'}: no PEM certificate in it"),
         "bad-reqs": (["--ssl-certfile", cert, "--ssl-cert-reqs", "always"], "--ssl-cert-reqs"),
         "two-passwords": (["--ssl-certfile", cert, "--ssl-keyfile-password", "a",
-                           "--ssl-keyfile-password-file", "b"], "not allowed with"),
+                           "--ssl-keyfile-password-file", "b"], "does not go with"),
     }  # fmt: skip
 
 
@@ -414,5 +414,5 @@ def test_the_serve_script_refuses_a_mismatched_key(pki: Pki, tmp_path: Path) -> 
     tokens.write_text(json.dumps({TOKEN: "acme"}))
     args = ["--ssl-certfile", str(pki.cert), "--ssl-keyfile", str(pki.other_key)]
     result = reventless("serve", "--tokens-file", str(tokens), *args, cwd=tmp_path)
-    user_error(result, f"reventless: TLS key {pki.other_key} does not match the certificate")
+    user_error(result, f"reventless: error: TLS key {pki.other_key} does not match the certificate")
     assert os.listdir(tmp_path) == ["tokens.json"]

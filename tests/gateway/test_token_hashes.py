@@ -203,7 +203,8 @@ def test_token_hash_refuses_bad_input(
 
 
 def test_token_hash_takes_no_token_argument() -> None:
-    user_error(run("token", "hash", ACME), "unrecognized arguments")
+    result = user_error(run("token", "hash", ACME), "never taken as an argument")
+    assert ACME not in result
 
 
 @pytest.mark.parametrize("key", MALFORMED.values(), ids=MALFORMED.keys())
