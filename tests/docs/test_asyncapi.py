@@ -233,6 +233,16 @@ def test_leased_groups_and_tenant_topics(validate: Validate) -> None:
     assert len([c for c in doc["channels"] if c.startswith("sqs-")]) == 3
 
 
+def test_default_broker_url_is_the_apps_broker_scheme() -> None:
+    require_package("reventless_nats", "pip install -e adapters/nats")
+    require_package("reventless_aws", "pip install -e adapters/aws")
+    nats = document(build("sqlite://", "nats://127.0.0.1:4222").app)
+    assert [s["protocol"] for s in nats["servers"].values()] == ["nats"]
+    assert nats["channels"]["nats-Order"]["address"] == "rv.Order.{partition}"
+    aws = document(build("sqlite://", "sns+sqs://eu-west-1").app)
+    assert [s["protocol"] for s in aws["servers"].values()] == ["sns", "sqs"]
+
+
 def test_unknown_broker_scheme_is_a_spec_error() -> None:
     app = build("sqlite://").app
     with pytest.raises(SpecError, match="kafka"):
