@@ -154,7 +154,7 @@ class TopicSchemas:
             variants.append(
                 {
                     "title": etype,
-                    "description": f"A {etype} row: the metadata columns and the fields of "
+                    "description": f"One {etype} row: the metadata columns and the fields of "
                     f"{ref['$ref']}.",
                     "allOf": [
                         self._ref("EventMetadata"),

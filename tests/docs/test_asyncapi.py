@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Annotated, Any
 
 import pyarrow as pa
 import pytest
+from pydantic import BaseModel
 
 import reventless as rv
 from examples.dcb.courses import EVENTS as COURSE_EVENTS
@@ -111,6 +112,14 @@ class Person(rv.Aggregate):
         pass
 
 
+class Visit(BaseModel):
+    """A model topic's row, with a personal field."""
+
+    page: str
+    visitor: Annotated[str, rv.Personal()]
+    at: datetime
+
+
 audit = rv.SideEffectHandler("audit.trail")
 
 
@@ -131,6 +140,7 @@ def _rich_app(members: int = 1) -> rv.App:
     assert courses is not None
     cdc = pa.schema([pa.field("op", pa.string(), False), ("ts_ms", pa.int64())])
     app.topic("cdc.rows", schema=cdc)
+    app.topic("visits", model=Visit, key="page")
     app.collect(course_roster)
     app.collect(audit)
     return app
@@ -188,6 +198,9 @@ def test_personal_dcb_and_several_brokers(validate: Validate, members: int) -> N
     # DCB rows carry their tags; an Arrow topic's rows are its columns
     dcb = schemas["courses.Row"]["oneOf"]
     assert all("_tags" in v["allOf"][1]["properties"] for v in dcb)
+    visit = schemas["visits.Visit"]["properties"]
+    assert visit["at"] == {"format": "date-time", "title": "At", "type": "string"}
+    assert visit["visitor"]["x-personal"] is True
     cdc = schemas["cdc.rows.Row"]["allOf"][1]
     assert cdc["properties"]["op"] == {"type": "string"} and cdc["required"] == ["op"]
     # each family's messages carry its adapter's header names
