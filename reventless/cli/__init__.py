@@ -64,6 +64,8 @@ def build() -> typer.Typer:
     app.command("forget")(operations.forget)
     app.command("master-key")(operations.master_key)
     app.command("serve")(serving.serve)
+    # `stream` (a component run by Spark Structured Streaming) is registered here too,
+    # beside `rebuild`, once reventless.spark provides it.
 
     token = typer.Typer(help="Bearer tokens for the gateway's tokens file.")
     token.command("hash")(serving.token_hash)

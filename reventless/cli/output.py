@@ -42,7 +42,6 @@ from rich.text import Text
 #: Seconds between two plain progress lines (stderr not a terminal).
 PLAIN_EVERY = 1.0
 
-
 #: Columns of a table written to a pipe or a file (no terminal width to fit; COLUMNS wins).
 PIPE_WIDTH = 200
 
@@ -62,13 +61,14 @@ def stderr() -> Console:
 
 
 def make_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
-    """A rich table; numbers right-aligned, ``None`` shown as an empty cell."""
+    """A rich table; numbers right-aligned, ``None`` shown as an empty cell, text shown
+    as it is (an error's ``[...]`` is not rich markup)."""
     numeric = [bool(rows) and all(_is_number(r[i]) for r in rows) for i in range(len(headers))]
     t = Table(title=title, title_justify="left", header_style="bold", expand=False)
     for header, right in zip(headers, numeric, strict=True):
         t.add_column(header, justify="right" if right else "left", overflow="fold")
     for row in rows:
-        t.add_row(*("" if c is None else str(c) for c in row))
+        t.add_row(*(Text("" if c is None else str(c)) for c in row))
     return t
 
 
