@@ -45,6 +45,7 @@ import secrets
 import socket
 from typing import TYPE_CHECKING
 
+from .. import telemetry
 from ..broker import Subscription
 from ..errors import LeaseLostError
 from ..store.leases import Grant, Part
@@ -141,6 +142,7 @@ class LeasedGroup:
             key[0],
             key[1],
             epoch,
+            extra=telemetry.fields(self.component, topic=key[0], partition=key[1]),
         )
         for granted in (self._held, self._excess):
             if granted.get(key) == epoch:
@@ -191,6 +193,7 @@ class LeasedGroup:
                     "partitions until one does",
                     self.component,
                     self.ttl,
+                    extra=telemetry.fields(self.component),
                 )
                 self._held.clear()
                 self._excess.clear()
@@ -213,7 +216,12 @@ class LeasedGroup:
             await self.leases.release(self.component, self.worker, give)
             for k in give:
                 self._excess.pop(k, None)
-            log.info("collector %s: gave back %s (rebalance)", self.component, sorted(give))
+            log.info(
+                "collector %s: gave back %s (rebalance)",
+                self.component,
+                sorted(give),
+                extra=telemetry.fields(self.component),
+            )
         for key, epoch in list(self._held.items()):
             if key not in self.epochs:
                 await self._gain(key, epoch)
@@ -230,6 +238,7 @@ class LeasedGroup:
             key[1],
             epoch,
             cp,
+            extra=telemetry.fields(c.name, topic=key[0], partition=key[1], offset=cp),
         )
         await self._subscribe(key)
         task = asyncio.get_running_loop().create_task(self._catch_up(key, epoch))
@@ -271,4 +280,4 @@ class LeasedGroup:
                     await sub.close()
                 except Exception as exc:
                     log.warning("collector %s: closing %s/%d: %s", c.name, *key, exc)
-        log.info("collector %s: stopped %s", c.name, sorted(keys))
+        log.info("collector %s: stopped %s", c.name, sorted(keys), extra=telemetry.fields(c.name))
