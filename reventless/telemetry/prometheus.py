@@ -56,7 +56,8 @@ def prometheus_text() -> tuple[bytes, str]:
         body, content_type = prometheus_text()
         assert content_type.startswith("text/plain")
     """
-    enable_prometheus()
+    if not enable_prometheus() and not available():
+        return b"# reventless: metrics need the otel and prometheus extras\n", _TEXT
     try:
         from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
     except ImportError:
