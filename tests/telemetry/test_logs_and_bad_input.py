@@ -4,6 +4,7 @@ and fails no command and no delivery."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import sqlite3
@@ -154,3 +155,31 @@ async def test_an_unreachable_collector_endpoint_fails_no_command(
     finally:
         tp.shutdown()
     assert len(_warnings(caplog, "exporting traces failed")) == 1
+
+
+async def test_a_concurrency_clash_is_a_retry_event_a_count_and_one_line(
+    tmp_path: Path, spans: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from tests.telemetry.conftest import _PROVIDER, points
+
+    reader = InMemoryMetricReader()
+    telemetry.configure(tracer_provider=_PROVIDER, meter_provider=MeterProvider([reader]))
+    caplog.set_level(logging.INFO, logger="reventless")
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    a, b = rv.App(store=url), rv.App(store=url)  # two writers of one store: they clash
+    logs = [a.event_log(Counter), b.event_log(Counter)]
+    async with a, b:
+        for _ in range(50):  # until the writers have clashed at least once
+            await asyncio.gather(*(logs[i % 2].execute("c-1", Increment(by=1)) for i in range(8)))
+            if _warnings(caplog, "clashed with another writer"):
+                break
+    [line, *_] = _warnings(caplog, "clashed with another writer")
+    assert line.component == "eventlog" and line.topic == "Counter"  # type: ignore[attr-defined]
+    assert line.trace_id is not None  # type: ignore[attr-defined]
+    retried = [s for s in spans.get_finished_spans() if any(e.name == "retry" for e in s.events)]
+    assert retried and all(s.name == "execute Increment" for s in retried)
+    [(_, point)] = points(reader)["reventless.command.retries"]
+    assert point.value >= 1
