@@ -32,6 +32,7 @@ services:
 	bash infra/local/nats.sh
 	bash infra/local/java.sh
 	bash infra/local/chromium.sh
+	bash infra/local/asyncapi.sh
 
 # Spark (the `spark` tests): loopback only, few shuffle partitions on this small machine.
 test: export SPARK_LOCAL_IP ?= 127.0.0.1
