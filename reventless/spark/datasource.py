@@ -155,7 +155,11 @@ class LogSource(DataSource):
     def _scan(self, schema: StructType) -> tuple[_Scan, StoredTopic]:
         info = self._topic()
         if schema != struct_of(info):
-            _same_schema(info, "the schema Spark holds")  # always raises
+            raise SchemaMismatchError(
+                f"the schema Spark holds for topic {info.name!r} is not the store's: the "
+                "topic's stored schema changed since the DataFrame was loaded (load it "
+                "again), or .schema() was given (the source's schema is the topic's)"
+            )
         master = None
         if self.opts.opened and info.schema.personal:
             master = self.master_key

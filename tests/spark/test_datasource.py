@@ -121,6 +121,9 @@ async def test_bad_input_is_a_clear_error(spark: Any, file_url: str) -> None:
         source(spark, file_url, log.name, startOffset=1)
     with pytest.raises(Exception, match=r"SpecError.*maxEventsPerTrigger"):
         source(spark, file_url, log.name, maxEventsPerTrigger=0)
+    given = spark.read.format("reventless").schema("_offset long")
+    with pytest.raises(Exception, match=r"SchemaMismatchError.*\.schema\(\) was given"):
+        given.option("store", file_url).option("topic", log.name).load().collect()
     with pytest.raises(Exception, match=r"StoreError.*does not exist"):
         source(spark, f"sqlite:///{Path(file_url[10:]).parent / 'missing.db'}", "Record")
 
