@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .. import telemetry
 from ..codec import TopicSchema
 from ..decode import decode_row, opened
 from ..errors import AppendConditionError, Rejected, StoreError
@@ -163,7 +164,24 @@ async def execute(
 
     ``rv.Rejected`` from the handler reaches the caller and nothing lands. After
     ``options.max_attempts`` conflicting attempts the last ``AppendConditionError`` does.
+
+    With tracing on, the decision is an ``execute <Command>`` span (its wait in the queue
+    included); its append is an event on it, each retry another, and the events it
+    appends carry its trace context.
     """
+    with telemetry.command(log.name, type(command).__name__):
+        return await _execute(log, decider, command, meta, command_id, options, queue)
+
+
+async def _execute(
+    log: DecidingLog,
+    decider: Decider,
+    command: Command,
+    meta: Metadata | None,
+    command_id: str | None,
+    options: DecideOptions | None,
+    queue: DecisionQueue | None,
+) -> DecisionResult:
     opts = options or DecideOptions()
     models = decider.models(command)  # built once: a retry reads the same query
     query = decider.query(models.values())
@@ -211,12 +229,13 @@ async def _attempts(
         condition = AppendCondition(query, after=position)
         try:
             res = await log.append(events, condition=condition, meta=meta, command_id=command_id)
-        except AppendConditionError:
+        except AppendConditionError as clash:
             landed = await log.landed(command_id)  # the winner may have been this command
             if landed is not None:
                 return await _original(log, landed)
             if attempt == opts.max_attempts:
                 raise
+            telemetry.retried(log.name, attempt, clash, "dcb")
             delay = min(opts.backoff_max, opts.backoff_base * 2 ** (attempt - 1))
             await asyncio.sleep(delay * random.uniform(0.5, 1.5))
             continue

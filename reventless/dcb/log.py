@@ -34,6 +34,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from .. import telemetry
 from ..codec import TopicSchema, add_tags
 from ..decode import envelope_of, opened, sealed
 from ..errors import (
@@ -193,7 +194,8 @@ class DcbLog:
         )
         request = AppendRequest(self.name, rows, command_id=command_id, condition=condition)
         try:
-            res = await self.store.append(request)
+            with telemetry.appending(self.name, len(rows), self.store.dialect):
+                res = await self.store.append(request)
         except AppendConditionError:
             # the event that failed the condition may be this very command's (a retry)
             landed = await self.landed(command_id)

@@ -80,14 +80,16 @@ class _Measured:
 # -- commands and appends ------------------------------------------------------------------
 
 
-def command(topic: str, name: str, aggregate_id: str) -> _CM:
-    """The span of one command's execution (decide, append, retries)."""
+def command(topic: str, name: str, aggregate_id: str | None = None) -> _CM:
+    """The span of one command's execution (decide, append, retries); a DCB decision has
+    no ``aggregate_id``."""
     if STATE.tracer is None:
         return NOOP
     # few attributes: the SDK validates each one (the command is in the span's name)
-    return span(
-        f"execute {name}", {"reventless.topic": topic, "reventless.aggregate.id": aggregate_id}
-    )
+    attrs = {"reventless.topic": topic}
+    if aggregate_id is not None:
+        attrs["reventless.aggregate.id"] = aggregate_id
+    return span(f"execute {name}", attrs)
 
 
 class _AppendEvent:
@@ -136,8 +138,10 @@ def appending(topic: str, events: int, system: str = "") -> _CM:
     return _Measured(cm, done)
 
 
-def retried(topic: str, attempt: int, error: BaseException) -> None:
-    """A command clashed with another writer and is retried (logged, counted)."""
+def retried(topic: str, attempt: int, error: BaseException, component: str = "eventlog") -> None:
+    """A command clashed with another writer and is retried (logged, counted): an event
+    on its span. ``component``: ``eventlog``, or ``dcb`` for a DCB decision whose append
+    condition failed."""
     tracing.event("retry", {"reventless.attempt": attempt, "exception.message": str(error)})
     if STATE.metrics is not None:
         STATE.metrics.retries.add(1, {"db.collection.name": topic})
@@ -146,7 +150,7 @@ def retried(topic: str, attempt: int, error: BaseException) -> None:
         topic,
         attempt,
         error,
-        extra=fields("eventlog", topic=topic),
+        extra=fields(component, topic=topic),
     )
 
 
