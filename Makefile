@@ -33,6 +33,7 @@ services:
 	bash infra/local/java.sh
 	bash infra/local/chromium.sh
 	bash infra/local/asyncapi.sh
+	bash infra/local/tmux.sh
 
 # Spark (the `spark` tests): loopback only, few shuffle partitions on this small machine.
 test: export SPARK_LOCAL_IP ?= 127.0.0.1
