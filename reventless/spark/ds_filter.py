@@ -4,8 +4,8 @@
 Only filters whose meaning is exactly the store's are taken: comparisons, ``IN``,
 ``IS [NOT] NULL``, prefix/suffix/substring matches and ``NOT`` of those, on a top-level
 integer, float, boolean or string column that a predicate may read (metadata columns such
-as ``_type``, ``_offset``, ``_partition``, and unsealed field columns); everything else
-stays with Spark. ``_offset`` and ``_partition`` bounds also prune the planned ranges.
+as ``_type``, ``_offset``, ``_partition``, and unsealed field columns) and on
+``_produced_at`` against a TIMESTAMP; everything else stays with Spark. ``_offset`` and ``_partition`` bounds also prune the planned ranges.
 
 Example::
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from pyspark.sql.datasource import (
     EqualNullSafe,
@@ -41,6 +42,7 @@ from ..predicate import Not as NotNode
 
 __all__ = ["Bounds", "bounds_of", "to_node"]
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _OPS: Mapping[type[Filter], Op] = {
     EqualTo: "=",
     EqualNullSafe: "=",
@@ -69,7 +71,10 @@ def _value(f: Field, v: object) -> Value | None:
         return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
     if f.kind == "text":
         return v if isinstance(v, str) else None
-    return None  # times: Spark hands naive local datetimes, the store compares UTC micros
+    if isinstance(v, datetime) and v.tzinfo is not None:  # a TIMESTAMP (NTZ ones are naive)
+        delta = v - _EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return None
 
 
 def _escape(text: str) -> str:
@@ -85,7 +90,7 @@ def to_node(flt: Filter, columns: Mapping[str, Field]) -> Node | None:
     if len(attr) != 1:
         return None  # a nested field (a.b): Spark evaluates it
     f = columns.get(attr[0])
-    if f is None or f.each or f.kind == "time":
+    if f is None or f.each:
         return None
     if isinstance(flt, IsNull | IsNotNull):
         node: Node = NullNode(f)

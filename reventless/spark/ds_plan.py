@@ -98,11 +98,13 @@ class SourceOptions:
 
     def starting(self, partitions: int, head: int, horizon: int) -> Offsets:
         """Where a read starts: ``earliest`` (the first retained offset), ``latest`` (after
-        the head), one offset for every partition, or a JSON object per partition."""
+        the head), one offset for every partition, or a JSON object per partition (one
+        it does not name starts at its earliest)."""
         return _offsets("startingOffsets", self.starting_offsets, partitions, head, horizon)
 
     def ending(self, partitions: int, head: int, horizon: int) -> Offsets:
-        """Where a batch read ends (exclusive): ``latest`` is after the head."""
+        """Where a batch read ends (exclusive): ``latest`` is after the head (also for a
+        partition the JSON object does not name)."""
         if self.ending_offsets == "earliest":
             raise SpecError("option 'endingOffsets' cannot be 'earliest'")
         return _offsets("endingOffsets", self.ending_offsets, partitions, head, horizon)
@@ -136,9 +138,8 @@ def _offsets(name: str, raw: str, partitions: int, head: int, horizon: int) -> O
                 f"option {name!r}: partition {key}'s offset must be >= 1, not {value!r}"
             )
         out[str(int(key))] = value
-    missing = [str(p) for p in every if str(p) not in out]
-    if missing:
-        raise SpecError(f"option {name!r} names no offset for partition(s) {', '.join(missing)}")
+    for p in every:  # a partition not named: from its earliest, to its latest
+        out.setdefault(str(p), head + 1 if name == "endingOffsets" else horizon + 1)
     return out
 
 

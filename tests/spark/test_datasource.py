@@ -100,6 +100,8 @@ async def test_filters_are_pushed_to_the_store(spark: Any, file_url: str) -> Non
         assert len(rows) == read == 7  # ratio = i / 7 >= 1 and i odd: i in 7, 9, ..., 19
         dated, read = scanned(df.where("day = DATE'2024-02-03'"))  # dates stay with Spark
         assert len(dated) == 1 and read == 40
+        old, read = scanned(df.where("_produced_at < TIMESTAMP'2001-01-01 00:00:00Z'"))
+        assert old == [] and read == 0
         narrowed = source(spark, file_url, log.name, where="type = 'Recorded' AND offset <= 9")
         assert sorted(r._offset for r in narrowed.collect()) == [1, 3, 5, 7, 9]
 
