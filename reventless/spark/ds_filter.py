@@ -5,7 +5,8 @@ Only filters whose meaning is exactly the store's are taken: comparisons, ``IN``
 ``IS [NOT] NULL``, prefix/suffix/substring matches and ``NOT`` of those, on a top-level
 integer, float, boolean or string column that a predicate may read (metadata columns such
 as ``_type``, ``_offset``, ``_partition``, and unsealed field columns) and on
-``_produced_at`` against a TIMESTAMP; everything else stays with Spark. ``_offset`` and ``_partition`` bounds also prune the planned ranges.
+``_produced_at`` against a TIMESTAMP; everything else stays with Spark. ``_offset`` and
+``_partition`` bounds also prune the planned ranges.
 
 Example::
 
