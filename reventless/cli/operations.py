@@ -200,12 +200,20 @@ def asyncapi(
     out: Annotated[
         str | None, typer.Option("--out", help="write the document here (default: stdout)")
     ] = None,
+    broker: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--broker",
+            help="a broker URL to describe (repeatable; channel names follow its options); "
+            "default: the app's own broker",
+        ),
+    ] = None,
 ) -> None:
     """Write an AsyncAPI 3.0 document (JSON) of the app's topics, channels and messages."""
-    run(_asyncapi(app, out))
+    run(_asyncapi(app, out, broker or None))
 
 
-async def _asyncapi(spec: str, out: str | None) -> None:
+async def _asyncapi(spec: str, out: str | None, brokers: list[str] | None = None) -> None:
     try:
         from ..docs.asyncapi import document
     except ImportError as exc:
@@ -215,7 +223,11 @@ async def _asyncapi(spec: str, out: str | None) -> None:
                 "(reventless.docs.asyncapi is missing)"
             ) from None
         raise UsageError(f"reventless docs asyncapi: {exc}") from None
-    text = json.dumps(document(load_app(spec)), indent=2) + "\n"
+    try:
+        doc = document(load_app(spec), brokers=brokers)
+    except ValueError as exc:  # a broker URL that does not parse or has no adapter
+        raise UsageError(f"--broker: {exc}") from None
+    text = json.dumps(doc, indent=2) + "\n"
     if out is None:
         sys.stdout.write(text)
         return

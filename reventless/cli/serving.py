@@ -196,6 +196,12 @@ async def _serve(
         if len(key) < 16:
             raise UsageError(f"--stream-token-key-file {key_file}: a key has at least 16 bytes")
     await _check_store(store)  # a bad URL fails here, not inside uvicorn's start-up
+    from .. import telemetry
+
+    # OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER, then /metrics counts from the start
+    # (both log once and go on when the extras are missing or a setting is unknown)
+    telemetry.setup_from_env()
+    telemetry.enable_prometheus()
     app = create_app(
         store,
         tokens=tokens,

@@ -209,17 +209,25 @@ def test_replay_refuses_a_read_model() -> None:
     user_error(result, "order_summaries is a read model", "reventless rebuild")
 
 
-def test_docs_asyncapi_is_wired_or_says_it_is_missing(tmp_path: Path) -> None:
+def test_docs_asyncapi_writes_the_document_for_the_brokers_given(tmp_path: Path) -> None:
     out = tmp_path / "asyncapi.json"
     result = reventless(
         "docs", "asyncapi", "--app", "examples.shop.model:app", "--out", str(out), cwd=ROOT
     )
-    if importlib.util.find_spec("reventless.docs.asyncapi") is None:
-        user_error(result, "reventless.docs.asyncapi is missing")
-        assert not out.exists()
-        return
     assert result.returncode == 0, result.stderr
     assert json.loads(out.read_text())["asyncapi"].startswith("3.")
+    result = reventless(
+        "docs", "asyncapi", "--app", "examples.shop.model:app", "--out", str(out),
+        "--broker", "nats://127.0.0.1:4222?prefix=shop", "--broker", "memory://", cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert {s["protocol"] for s in doc["servers"].values()} == {"nats", "memory"}
+    assert any(c["address"].startswith("shop.") for c in doc["channels"].values())
+    bad = reventless(
+        "docs", "asyncapi", "--app", "examples.shop.model:app", "--broker", "bogus://x", cwd=ROOT
+    )
+    user_error(bad, "unknown broker URL scheme 'bogus'")
 
 
 def test_master_key_and_token_hash() -> None:
