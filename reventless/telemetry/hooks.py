@@ -124,8 +124,10 @@ def appending(topic: str, events: int, system: str = "") -> _CM:
     if tracer is not None:
         current = tracing.current_span()
         if current is not None:
-            # the command's span names the topic already
-            cm = _AppendEvent(current, {"reventless.events": events})
+            # the command's span names the topic already; one the sampler left out gets
+            # nothing (not even a child span: it would not be sampled either)
+            if current.is_recording():
+                cm = _AppendEvent(current, {"reventless.events": events})
         else:
             cm = span(f"append {topic}", attrs, kind=tracing.CLIENT)
     if metrics is None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .state import STATE, trace_api, warn_once
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.trace import Link, Span
+    from opentelemetry.trace import Link, Span, Tracer
 
 #: A shared, reusable no-op context manager: what every span hook returns when off.
 NOOP: contextlib.nullcontext[None] = contextlib.nullcontext()
@@ -30,7 +31,10 @@ _CACHE: dict[str, Context | None] = {}
 _CACHE_SIZE = 512
 
 if trace_api is not None:
-    from opentelemetry.trace import SpanKind
+    from opentelemetry.context import attach as _attach
+    from opentelemetry.context import detach as _detach
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace import set_span_in_context as _in_context
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     _PROPAGATOR = TraceContextTextMapPropagator()
@@ -124,6 +128,50 @@ def _links(texts: Iterable[str | None], skip: str | None) -> list[Link]:
     return out
 
 
+class _Active:
+    """A span started on entry and current inside the block: ``start_as_current_span``
+    without its two generator-based context managers (the same exception handling),
+    and links added only to a span that records (a sampled-out span skips building them).
+    """
+
+    __slots__ = ("_args", "_links", "_span", "_token", "_tracer")
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        args: tuple[str, Context | None, Any, Mapping[str, Any] | None],
+        links: tuple[Callable[[], Iterable[str | None]], str | None] | None,
+    ) -> None:
+        self._args, self._links = args, links
+        self._span: Span | None = None
+        self._token: object = None
+        self._tracer = tracer
+
+    def __enter__(self) -> Span:
+        name, ctx, kind, attributes = self._args
+        sp = self._span = self._tracer.start_span(
+            name, context=ctx, kind=kind, attributes=attributes
+        )
+        if self._links is not None and sp.is_recording():
+            texts, skip = self._links
+            for link in _links(texts(), skip):
+                sp.add_link(link.context)
+        self._token = _attach(_in_context(sp))
+        return sp
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        sp = self._span
+        assert sp is not None
+        _detach(self._token)  # type: ignore[arg-type]
+        # as use_span: an Exception (not a GeneratorExit or a cancellation) is an error
+        if isinstance(e, Exception) and sp.is_recording():
+            sp.record_exception(e)
+            sp.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"))
+        sp.end()
+
+
 def span(
     name: str,
     attributes: Mapping[str, Any] | None = None,
@@ -134,7 +182,8 @@ def span(
 ) -> contextlib.AbstractContextManager[Span | None]:
     """A span around a block (``NOOP`` when tracing is off). ``parent`` is a stored
     context to continue (else the current span); ``links_from`` gives further contexts
-    (called only when tracing is on) that the span links to.
+    that the span links to (called only when the span records: tracing is on and the
+    sampler kept it).
 
     Example::
 
@@ -145,10 +194,8 @@ def span(
     if tracer is None:
         return NOOP
     ctx = context_of(parent) if parent else None
-    links = _links(links_from(), parent) if links_from is not None else None
-    return tracer.start_as_current_span(
-        name, context=ctx, kind=kind or INTERNAL, attributes=attributes, links=links
-    )
+    links = (links_from, parent) if links_from is not None else None
+    return _Active(tracer, (name, ctx, kind or INTERNAL, attributes), links)
 
 
 def first_of(texts: Sequence[str | None]) -> str | None:
@@ -160,12 +207,13 @@ def first_of(texts: Sequence[str | None]) -> str | None:
 
 
 def current_span() -> Span | None:
-    """The current span if it records (tracing on and inside one of our spans)."""
+    """The current span if there is one (tracing on and inside a span), recording or
+    not (a span the sampler left out is valid and carries the trace on)."""
     if STATE.tracer is None:
         return None
     assert trace_api is not None
     current = trace_api.get_current_span()
-    return current if current.is_recording() else None
+    return current if current.get_span_context().is_valid else None
 
 
 def event(name: str, attributes: Mapping[str, Any] | None = None) -> None:
