@@ -119,4 +119,4 @@ def read_sync(
         .order_by(off)
         .limit(limit)
     )
-    return [tuple(r) for r in conn.execute(stmt)]
+    return [tuple(r) for r in conn.execute(stmt).all()]  # one fetchall, not a fetch per row
