@@ -74,7 +74,9 @@ async def measure(url: str, n: int, master: str, work: Path) -> dict[str, float]
         assert head == n, (head, n)
         spark = session(master)
         warm = spark.read.format("reventless").option("store", url).option("topic", log.name)
-        noop(warm.option("endingOffsets", "1001").load())  # workers up, nothing timed
+        slots = spark.sparkContext.defaultParallelism  # a Python worker up in every slot
+        warm = warm.option("endingOffsets", "1001").option("eventsPerPartition", 1000 // slots)
+        noop(warm.load())
 
         t = time.perf_counter()
         rows = 0
