@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 
 from . import tracing
 from .logs import fields
-from .metering import Backlogged, Lagging, saw
+from .metering import Backlogged, Instruments, Lagging, saw
 from .state import STATE
 from .tracing import NOOP, first_of, span
 
@@ -111,15 +111,52 @@ class _AppendEvent:
         self._span.add_event("append", self._attrs)
 
 
+class _Append:
+    """An append's duration (a histogram) and its events (a tally the events-appended
+    counter reads when collected), around ``cm`` (its span or event, or ``NOOP``)."""
+
+    __slots__ = ("_cm", "_events", "_metrics", "_t0", "_topic", "_where")
+
+    def __init__(self, cm: _CM, metrics: Instruments, where: Mapping[str, str], n: int) -> None:
+        self._cm, self._metrics, self._where, self._events, self._t0 = cm, metrics, where, n, 0.0
+
+    def __enter__(self) -> Any:
+        self._t0 = time.perf_counter()
+        return self._cm.__enter__()
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        if et is None:
+            m = self._metrics
+            m.append_duration.record(time.perf_counter() - self._t0, self._where)
+            m.tally_appended(self._where["db.collection.name"], self._events)
+        return self._cm.__exit__(et, e, tb)
+
+
+#: The attributes of an append, per (topic, database system): built once.
+_WHERE: dict[tuple[str, str], dict[str, str]] = {}
+
+
+def _where(topic: str, system: str) -> dict[str, str]:
+    attrs = _WHERE.get((topic, system))
+    if attrs is None:
+        attrs = {"db.operation.name": "append", "db.collection.name": topic}
+        if system:
+            attrs["db.system.name"] = system
+        if len(_WHERE) > 4096:  # topics are few; bound it anyway
+            _WHERE.clear()
+        _WHERE[(topic, system)] = attrs
+    return attrs
+
+
 def appending(topic: str, events: int, system: str = "") -> _CM:
     """One append transaction: its duration and the events appended; an event on the
     command's span, or a client span of its own outside a command."""
     tracer, metrics = STATE.tracer, STATE.metrics
     if tracer is None and metrics is None:
         return NOOP
-    attrs = {"db.operation.name": "append", "db.collection.name": topic}
-    if system:
-        attrs["db.system.name"] = system
+    attrs = _where(topic, system)
     cm: _CM = NOOP
     if tracer is not None:
         current = tracing.current_span()
@@ -132,12 +169,7 @@ def appending(topic: str, events: int, system: str = "") -> _CM:
             cm = span(f"append {topic}", attrs, kind=tracing.CLIENT)
     if metrics is None:
         return cm
-
-    def done(seconds: float) -> None:
-        metrics.append_duration.record(seconds, attrs)
-        metrics.appended.add(events, {"db.collection.name": topic})
-
-    return _Measured(cm, done)
+    return _Append(cm, metrics, attrs, events)
 
 
 def retried(topic: str, attempt: int, error: BaseException, component: str = "eventlog") -> None:
