@@ -392,31 +392,53 @@ class Collector:
             await self._process_rows(key, pages, through=run.last)
 
     async def _catch_up(self, key: Part, upto: int | None = None) -> None:
+        """Process partition ``key`` from its checkpoint to the head (or ``upto``), a page
+        per transaction. While a full page is handled and committed, the next one is read
+        (reader thread or connection): reading overlaps handling instead of adding to it.
+        A page read ahead is used only if the checkpoint ends where it starts."""
+        ahead: tuple[int, asyncio.Task[tuple[list[StoredRow], int]]] | None = None
+        try:
+            while key not in self.resnapshot_required:
+                await self._wait_running()
+                if key not in self.checkpoints:
+                    return  # a leased partition this member lost meanwhile
+                cp = self.checkpoints[key]
+                if upto is not None and cp >= upto:
+                    return
+                if ahead is not None and ahead[0] == cp + 1:
+                    rows, through = await ahead[1]
+                else:
+                    if ahead is not None:
+                        await _drop(ahead[1])
+                    rows, through = await self._read_page(key, cp + 1, upto)
+                ahead = None
+                # After the read: a retention that committed before it shows here too.
+                if await self._overtaken(key, cp):
+                    return
+                if through <= cp:
+                    return
+                if len(rows) >= self.options.page_size and (upto is None or through < upto):
+                    nxt = asyncio.ensure_future(self._read_page(key, through + 1, upto))
+                    ahead = (through + 1, nxt)
+                await self._process_rows(key, [rows], through=through)
+        finally:
+            if ahead is not None:
+                await _drop(ahead[1])
+
+    async def _read_page(
+        self, key: Part, start: int, upto: int | None
+    ) -> tuple[list[StoredRow], int]:
+        """A page of partition ``key`` from offset ``start`` that this collector reads (its
+        ``where=`` filter evaluated by the store), and the offset the read got through."""
         topic, partition = key
-        single = self.topics[topic].partitions == 1
-        f = self.filters.get(topic)
-        dialect = self.store.dialect
-        while key not in self.resnapshot_required:
-            await self._wait_running()
-            if key not in self.checkpoints:
-                return  # a leased partition this member lost meanwhile
-            cp = self.checkpoints[key]
-            if upto is not None and cp >= upto:
-                return
-            page, part = self.options.page_size, None if single else partition
-            if f is None:
-                rows = await self.store.read(topic, cp + 1, page, upto=upto, partition=part)
-                through = rows[-1][OFFSET_AT] if rows else cp
-            else:
-                rows, through = await self.store.read_matching(
-                    topic, cp + 1, page, f.clause(dialect), upto=upto, partition=part
-                )
-            # After the read: a retention that committed before it shows here too.
-            if await self._overtaken(key, cp):
-                return
-            if through <= cp:
-                return
-            await self._process_rows(key, [rows], through=through)
+        part = None if self.topics[topic].partitions == 1 else partition
+        page, f = self.options.page_size, self.filters.get(topic)
+        if f is None:
+            rows = await self.store.read(topic, start, page, upto=upto, partition=part)
+            return rows, (rows[-1][OFFSET_AT] if rows else start - 1)
+        return await self.store.read_matching(
+            topic, start, page, f.clause(self.store.dialect), upto=upto, partition=part
+        )
 
     async def _overtaken(self, key: Part, checkpoint: int) -> bool:
         """Whether retention deleted events after ``checkpoint`` of partition ``key``; if
@@ -640,3 +662,11 @@ class Collector:
             report = await deadletter.redrive(self, aggregate_id)
         telemetry.redriven(self.name, report.redriven, report.still_parked)
         return report
+
+
+async def _drop(task: asyncio.Future[Any]) -> None:
+    """Cancel a read made ahead that is not needed, and let it end (its error unseen)."""
+    task.cancel()
+    await asyncio.wait([task])  # a cancel of the caller still reaches the caller
+    if not task.cancelled():
+        task.exception()  # retrieved: a failed read ahead is not an unhandled error
