@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
+from ..codec import OFFSET_AT
 from ..errors import ResnapshotRequiredError, StoreError, TopicNotFoundError
 from ..predicate import And, Compare, Field, Node, Predicate
 from ..store import Database
@@ -139,4 +140,4 @@ class LogReader:
                 yield rows
             if len(rows) < page:
                 return
-            start = int(rows[-1][0]) + 1
+            start = int(rows[-1][OFFSET_AT]) + 1
