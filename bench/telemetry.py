@@ -6,8 +6,14 @@ Side by side in one run (modes interleaved round by round, medians, ratios to *o
 - *off*: no provider (what a process without the otel extra, or without an SDK, runs);
 - *no-op*: the API's ``NoOpTracerProvider`` / ``NoOpMeterProvider`` passed explicitly,
   so every hook runs through the OpenTelemetry API and records nothing;
-- *SDK*: the SDK's ``TracerProvider`` and ``MeterProvider`` with no processor and no
-  reader (spans and measurements are made, then dropped);
+- *metrics*: the SDK's ``MeterProvider`` (no reader) and no tracing: what metrics alone
+  cost, the floor of the SDK modes below;
+- *SDK*: the SDK's ``TracerProvider`` (every span recorded) and ``MeterProvider`` with no
+  processor and no reader (spans and measurements are made, then dropped);
+- *SDK 1%*: as *SDK*, with the sampler ``ParentBased(TraceIdRatioBased(0.01))`` and a
+  ``BatchSpanProcessor`` whose exporter drops what it is given (one trace in a hundred
+  is recorded; the others only carry their context on);
+- *SDK sampled off*: as *SDK 1%* with the ``ALWAYS_OFF`` sampler (no span recorded);
 - *SDK + batch*: ``BatchSpanProcessor`` writing every span as JSON to a file, and a
   ``PeriodicExportingMetricReader`` writing the metrics to a file each second.
 
@@ -43,14 +49,24 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, Sampler, TraceIdRatioBased
 
 import reventless as rv
 from reventless import telemetry
 
 from .specs import Counter, Increment, Incremented, totals
 
-MODES = ("off", "no-op", "SDK", "SDK + batch")
+MODES = ("off", "no-op", "metrics", "SDK", "SDK 1%", "SDK sampled off", "SDK + batch")
+SAMPLERS: dict[str, Sampler] = {
+    "SDK 1%": ParentBased(TraceIdRatioBased(0.01)),
+    "SDK sampled off": ALWAYS_OFF,
+}
 PLOT = Path(__file__).parent / "plots" / "lag_throughput.png"
 perf = time.perf_counter
 cpu = time.process_time  # the whole process: the exporter's thread counts too
@@ -65,6 +81,13 @@ def app_at(where: Path) -> rv.App:
     )
 
 
+class Dropped(SpanExporter):
+    """An exporter that drops the spans it is given (the cost of sending them aside)."""
+
+    def export(self, spans: Any) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
 class Mode:
     """Providers for one mode; ``close`` flushes and shuts the SDK's down."""
 
@@ -74,8 +97,13 @@ class Mode:
         mp: Any = None
         if name == "no-op":
             tp, mp = trace_api.NoOpTracerProvider(), metrics_api.NoOpMeterProvider()
+        elif name == "metrics":
+            mp = MeterProvider()
         elif name == "SDK":
             tp, mp = TracerProvider(), MeterProvider()
+        elif name in SAMPLERS:
+            tp, mp = TracerProvider(sampler=SAMPLERS[name]), MeterProvider()
+            tp.add_span_processor(BatchSpanProcessor(Dropped()))
         elif name == "SDK + batch":
             tp = TracerProvider()
             exporter = ConsoleSpanExporter(
@@ -86,8 +114,7 @@ class Mode:
                 ConsoleMetricExporter(out=sink), export_interval_millis=1000
             )
             mp = MeterProvider(metric_readers=[reader])
-        if tp is not None and hasattr(tp, "shutdown"):
-            self.closers += [tp.shutdown, mp.shutdown]
+        self.closers += [p.shutdown for p in (tp, mp) if hasattr(p, "shutdown")]
         telemetry.configure(tracer_provider=tp, meter_provider=mp)
 
     def close(self) -> None:
@@ -200,9 +227,12 @@ def report(timings: dict[str, dict[str, list[Timing]]], cmd: str) -> str:
     lines += [
         "",
         "*off*: no provider; *no-op*: the API's no-op providers (reventless sees they record "
-        "nothing and treats them as off); *SDK*: spans and measurements made and dropped; "
-        "*SDK + batch*: spans exported as JSON to a file by `BatchSpanProcessor`, metrics "
-        "to a file each second.",
+        "nothing and treats them as off); *metrics*: the SDK's metrics alone; *SDK*: every "
+        "span recorded, spans and measurements made and dropped; *SDK 1%*: the sampler "
+        "`ParentBased(TraceIdRatioBased(0.01))`, the recorded spans to a `BatchSpanProcessor` "
+        "that drops them, metrics as in *SDK*; *SDK sampled off*: the same with `ALWAYS_OFF` "
+        "(the W3C context is still stored and sent); *SDK + batch*: spans exported as JSON "
+        "to a file by `BatchSpanProcessor`, metrics to a file each second.",
     ]
     return "\n".join(lines)
 
