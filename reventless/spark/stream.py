@@ -89,10 +89,11 @@ def parse_trigger(trigger: str | float | None) -> dict[str, Any]:
 
 
 def reventless_reader(store_url: str, *, max_events: int | None = None) -> Reader:
-    """Read topics through the ``reventless`` PySpark data source (``datasource.py``)."""
+    """Read topics through the ``reventless`` PySpark data source (``datasource.py``),
+    each from after its checkpoints in ``start`` (its earliest where it has none)."""
 
     def read(spark: SparkSession, topic: str, start: Mapping[Part, int]) -> DataFrame:
-        from .datasource import register  # type: ignore[attr-defined]
+        from .datasource import register
 
         register(spark)
         r = spark.readStream.format("reventless").option("store", store_url)
@@ -100,8 +101,8 @@ def reventless_reader(store_url: str, *, max_events: int | None = None) -> Reade
         if max_events is not None:
             r = r.option("maxEventsPerTrigger", str(max_events))
         mine = {p: o for (t, p), o in start.items() if t == topic}
-        if mine:
-            r = r.option("startingOffsets", json.dumps({str(p): o for p, o in mine.items()}))
+        if mine:  # the source's offsets are the next offset to read per partition
+            r = r.option("startingOffsets", json.dumps({str(p): o + 1 for p, o in mine.items()}))
         return r.load()
 
     return read
@@ -158,40 +159,48 @@ def store_url(app: App) -> str:
     return store.db.url.render_as_string(hide_password=False)
 
 
-def read_positions(checkpoint: Path, batch_id: int) -> dict[Part, int]:
-    """The log offsets batch ``batch_id`` reads up to, from Spark's offset log (written
-    before the batch runs): one JSON line per source, of the ``reventless`` data source's
-    form ``{"topic": ..., "partitions": {"0": offset}}`` or ``{"<topic>/<p>": offset}``.
-    Sources without log offsets (files, rate) contribute nothing."""
+_RELATION = re.compile(r"StreamingRelation")
+_TOPIC = re.compile(r", reventless, .*?\[(?:[^\]]*?, )?topic=([^,\]]+)")
+
+
+def source_topics(df: DataFrame) -> list[str | None]:
+    """The topic of each streaming source of ``df``'s plan, in the order Spark's offset
+    log lists the sources (the plan's leaves, depth first; None: not a ``reventless``
+    source)."""
+    plan = str(df._jdf.queryExecution().logical().toString())  # noqa: SLF001 - no public API
+    out: list[str | None] = []
+    for line in plan.splitlines():
+        if _RELATION.search(line):
+            found = _TOPIC.search(line)
+            out.append(found.group(1) if found else None)
+    return out
+
+
+def read_positions(checkpoint: Path, batch_id: int, topics: list[str | None]) -> dict[Part, int]:
+    """The log offsets batch ``batch_id`` reads up to, per topic partition, from Spark's
+    offset log (written before the batch runs: one line per source, in ``topics``'
+    order). The ``reventless`` source's offset is ``{"<partition>": <next offset>}``;
+    other sources (files, rate) contribute nothing."""
     path = checkpoint / "offsets" / str(batch_id)
     if not path.is_file():
         return {}
+    lines = path.read_text().splitlines()[2:]
+    if len(lines) != len(topics):
+        return {}
     out: dict[Part, int] = {}
-    for line in path.read_text().splitlines()[2:]:
+    for topic, line in zip(topics, lines, strict=True):
+        if topic is None:
+            continue
         try:
             got = json.loads(line)
         except ValueError:
             continue
-        out.update(parse_offset(got))
-    return out
-
-
-def parse_offset(got: Any) -> dict[Part, int]:
-    """Topic partition offsets in one source's offset (see ``read_positions``)."""
-    out: dict[Part, int] = {}
-    if not isinstance(got, dict):
-        return out
-    topic = got.get("topic")
-    parts = got.get("partitions") or got.get("offsets")
-    if isinstance(topic, str) and isinstance(parts, dict):
-        for p, o in parts.items():
-            if str(p).isdigit() and isinstance(o, int):
-                out[topic, int(p)] = o
-        return out
-    for k, o in got.items():
-        t, _, p = str(k).rpartition("/")
-        if t and p.isdigit() and isinstance(o, int):
-            out[t, int(p)] = o
+        if not isinstance(got, dict):
+            continue
+        for part, nxt in got.items():
+            if str(part).isdigit() and isinstance(nxt, int):
+                key = (topic, int(part))  # a topic read twice: done up to the lower one
+                out[key] = min(out.get(key, nxt - 1), nxt - 1)
     return out
 
 
@@ -203,6 +212,8 @@ class StreamQuery:
         self.name, self.query, self.sink = name, query, sink
         self.progress: list[StreamProgress] = []
         self.changed = threading.Condition()
+        #: The thread reporting progress (``streamrun``): ``stop`` waits for its last report.
+        self.reporter: threading.Thread | None = None
 
     @property
     def id(self) -> str:
@@ -250,6 +261,8 @@ class StreamQuery:
     def stop(self) -> None:
         """Stop the query (waits for the running batch) and raise its error if it failed."""
         self.query.stop()
+        if self.reporter is not None:
+            self.reporter.join(timeout=30)
         self.raise_failure()
 
     def notify(self, p: StreamProgress) -> None:
@@ -332,12 +345,13 @@ def batch_writer(
     start: Mapping[Part, int],
     handlers: bool,
     on_commit: Callable[[int, int, dict[Part, int]], None],
+    topics: list[str | None],
 ) -> Callable[[DataFrame, int], None]:
     """The ``foreachBatch`` function: the batch's rows and position in one transaction."""
     key_at = sink.columns.index(model.key)
 
     def write(df: DataFrame, batch_id: int) -> None:
-        positions = read_positions(checkpoint, batch_id)
+        positions = read_positions(checkpoint, batch_id, topics)
         table = df.toArrow()
         upserts: list[tuple[Any, ...]] = []
         deletes: list[Any] = []

@@ -37,6 +37,7 @@ from .stream import (
     open_sink,
     parse_trigger,
     reventless_reader,
+    source_topics,
     store_url,
 )
 
@@ -150,7 +151,7 @@ def start_stream(
         for b in del_old:
             committed.pop(b, None)
 
-    write = batch_writer(model, sink, where, run, start, handlers, on_commit)
+    write = batch_writer(model, sink, where, run, start, handlers, on_commit, source_topics(out))
     query = (
         out.writeStream.queryName(f"reventless_{model.name}".replace(".", "_"))
         .outputMode("update")
@@ -218,4 +219,7 @@ def _watch(
                 return
             time.sleep(every)
 
-    threading.Thread(target=run, name=f"reventless-stream-{running.name}", daemon=True).start()
+    running.reporter = threading.Thread(
+        target=run, name=f"reventless-stream-{running.name}", daemon=True
+    )
+    running.reporter.start()
