@@ -208,7 +208,7 @@ class StreamQuery:
     """A running streaming projection (``start_stream``): its Spark query, its sink and
     what it reported. ``stop()`` ends it (its last committed batch stays)."""
 
-    def __init__(self, name: str, query: StreamingQuery, sink: SqlStreamSink) -> None:
+    def __init__(self, name: str, query: StreamingQuery, sink: SqlStreamSink | None) -> None:
         self.name, self.query, self.sink = name, query, sink
         self.progress: list[StreamProgress] = []
         self.changed = threading.Condition()
@@ -222,7 +222,7 @@ class StreamQuery:
 
     def state(self) -> StreamState | None:
         """What the store holds of this projection (batch id, positions, counters)."""
-        return self.sink.state_sync(self.name)
+        return None if self.sink is None else self.sink.state_sync(self.name)
 
     def wait_for(
         self, done: Callable[[StreamQuery], bool], timeout: float = 120.0, poll: float = 0.2

@@ -161,11 +161,11 @@ def start_stream(
         .start()
     )
     running = StreamQuery(model.name, query, sink)
-    _watch(running, committed, on_progress)
+    watch(running, committed, on_progress)
     return running
 
 
-def _watch(
+def watch(
     running: StreamQuery,
     committed: Mapping[int, tuple[int, dict[Part, int]]],
     on_progress: OnProgress | None,
@@ -181,8 +181,10 @@ def _watch(
         ops = p.get("stateOperators") or []
         late = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in ops)
         n, positions = committed.get(batch, (0, {}))
-        running.sink.add_late_sync(running.name, late)
-        lag = running.sink.lag_sync(positions) if positions else {}
+        lag: dict[str, int] = {}
+        if running.sink is not None:
+            running.sink.add_late_sync(running.name, late)
+            lag = running.sink.lag_sync(positions) if positions else {}
         got = StreamProgress(
             running.name,
             batch,
