@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -74,11 +75,22 @@ class LocalCluster:
 
     def alive_workers(self) -> int:
         """Workers registered with the master (0 while it starts)."""
+        self.ui = self._bound_ui() or self.ui
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
                 return int(json.load(r).get("aliveworkers", 0))
-        except OSError:
+        except (OSError, ValueError):  # not up yet, or not the master's page
             return 0
+
+    def _bound_ui(self) -> int | None:
+        """The port the master's web UI bound, from its log: when the port chosen for it
+        was taken meanwhile, Spark binds the next free one instead."""
+        try:
+            text = (self.workdir / "master.log").read_text(errors="replace")
+        except OSError:
+            return None
+        found = re.search(r"Bound MasterWebUI to [^,]+, and started at http://[^:/]+:(\d+)", text)
+        return int(found.group(1)) if found else None
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
         """Start the JVMs and wait until every worker has registered."""
