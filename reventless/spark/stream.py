@@ -30,6 +30,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from ..collect.component import ReadModel
-from ..errors import StreamError
+from ..errors import ReventlessError, StreamError
 from ..store.database import Database, table_name
 from ..store.streamsink import Part, SqlStreamSink, StreamBatch, StreamState
 from .fold import row_schema
@@ -214,6 +215,9 @@ class StreamQuery:
         self.changed = threading.Condition()
         #: The thread reporting progress (``streamrun``): ``stop`` waits for its last report.
         self.reporter: threading.Thread | None = None
+        #: The run id of the checkpoint (``new_run``) and the last batch reported.
+        self.run = ""
+        self.reported = -1
 
     @property
     def id(self) -> str:
@@ -259,7 +263,13 @@ class StreamQuery:
             raise stream_error(exc)
 
     def stop(self) -> None:
-        """Stop the query (waits for the running batch) and raise its error if it failed."""
+        """Stop the query (after the report of its last committed batch) and raise its
+        error if it failed."""
+        st = self.state()
+        if st is not None and st.run == self.run and self.query.isActive:
+            # Spark forgets a stopped query's progress: report the last batch first
+            with contextlib.suppress(TimeoutError, ReventlessError):
+                self.wait_for(lambda q: self.reported >= st.batch_id, timeout=10)
         self.query.stop()
         if self.reporter is not None:
             self.reporter.join(timeout=30)
@@ -268,6 +278,7 @@ class StreamQuery:
     def notify(self, p: StreamProgress) -> None:
         """Record ``p`` and wake waiters."""
         with self.changed:
+            self.reported = max(self.reported, p.batch_id)
             self.progress.append(p)
             del self.progress[:-1000]
             self.changed.notify_all()
@@ -371,9 +382,7 @@ def batch_writer(
             upserts = rows_of(model, records)
             # two rows of one key in a batch (a window updated twice): the last one wins
             upserts = list({r[key_at]: r for r in upserts}.values())
-        sink.commit_sync(
-            StreamBatch(model.name, run, batch_id, positions, upserts, deletes, start)
-        )
+        sink.commit_sync(StreamBatch(model.name, run, batch_id, positions, upserts, deletes, start))
         on_commit(batch_id, len(upserts) + len(deletes), positions)
 
     return write

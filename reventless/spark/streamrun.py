@@ -161,6 +161,7 @@ def start_stream(
         .start()
     )
     running = StreamQuery(model.name, query, sink)
+    running.run = run
     watch(running, committed, on_progress)
     return running
 

@@ -189,7 +189,7 @@ class HandlerProcessor(_processor_base()):  # type: ignore[misc]
         yield pd.DataFrame({"_gkey": [gkey], "_key": [pickle.dumps(typed_key)], "_vals": [vals]})
 
     def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
-        self.row.update((initialState["_vals"].iloc[0],))
+        self.row.update((initialState.iloc[0, 2],))  # _gkey, _key, _vals (maybe unnamed)
 
     def close(self) -> None:
         pass

@@ -166,7 +166,7 @@ class SqlStreamSink:
         """Commit ``batch`` (see the module docstring); False if it was committed before."""
 
         def work(conn: Connection) -> bool:
-            self._ensure(conn, batch.query, batch.run)
+            self._ensure(conn, batch.query)
             state = self._state(conn, batch.query, lock=True)
             assert state is not None
             fresh = state.run != batch.run
@@ -214,12 +214,13 @@ class SqlStreamSink:
         sql = stream_batches.delete().where(stream_batches.c.query == query)
         self.db.write_sync(lambda conn: conn.execute(sql))
 
-    def _ensure(self, conn: Connection, query: str, run: str) -> None:
+    def _ensure(self, conn: Connection, query: str) -> None:
+        """The query's row, if missing, with no run yet (its first batch is fresh)."""
         q = self.db.q
         conn.exec_driver_sql(
             f"INSERT INTO rv_stream_batches (query, run, batch_id, positions, {q('rows')}, late, "
             f"updated_at) VALUES ({self.db.placeholders(7)}) ON CONFLICT (query) DO NOTHING",
-            (query, run, -1, "{}", 0, 0, now_us()),
+            (query, "", -1, "{}", 0, 0, now_us()),
         )
 
     def _fence(self, conn: Connection, expected: Positions, moving: Iterable[Part]) -> None:

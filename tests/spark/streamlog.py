@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 import reventless as rv
 from reventless.spark.stream import Reader
@@ -48,3 +51,47 @@ async def rows(app: rv.App, model: rv.ReadModel[Any]) -> list[Any]:
     """Every row of ``model``'s table in ``app``'s store."""
     store = require_sql(app.store, "rows")
     return await SqlReadModelTable(model, store.db).all()
+
+
+class Read(rv.Event):
+    """A sensor reading at a time of its own (event time is a field, not ``_produced_at``)."""
+
+    at: datetime
+    value: float
+
+
+class Sensor(rv.Aggregate):
+    events = Read
+    count: int = 0
+
+    @rv.applies(Read)
+    def _read(self, e: Read) -> None:
+        self.count += 1
+
+
+class HourCount(BaseModel):
+    id: str
+    readings: int
+    total: float
+
+
+hour_counts: rv.ReadModel[HourCount] = rv.ReadModel("sensor_hours", row=HourCount, key="id")
+
+
+def per_hour(topics: Any) -> Any:
+    """Readings per sensor per hour of their ``at`` field, 10 minutes of lateness allowed."""
+    from pyspark.sql import functions as F
+
+    hourly = (
+        topics["Sensor"]
+        .withWatermark("at", "10 minutes")
+        .groupBy(F.window("at", "1 hour"), F.col("_aggregate_id"))
+        .agg(F.count(F.lit(1)).alias("readings"), F.sum("value").alias("total"))
+    )
+    return hourly.select(
+        F.concat_ws("@", F.col("_aggregate_id"), F.date_format("window.start", "HH:mm")).alias(
+            "id"
+        ),
+        F.col("readings"),
+        F.col("total"),
+    )
