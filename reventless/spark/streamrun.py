@@ -56,14 +56,14 @@ def plans_of(model: Component, app: App) -> list[TopicPlan]:
     ``StreamError`` for anything that is not a keyed read model with handlers."""
     if not isinstance(model, ReadModel):
         raise StreamError(f"{model.name}: only read models stream into a table")
-    try:
-        order = app.topology().dispatch_of(model)
-    except SpecError as exc:
-        raise StreamError(f"{model.name}: {exc}") from None
-    if not order:
+    if not (model.handlers or model.topic_handlers):
         raise StreamError(
             f"{model.name}: no handlers and no pipeline: give start_stream a pipeline"
         )
+    try:
+        order = app.topology().dispatch_of(model)
+    except SpecError as exc:
+        raise StreamError(str(exc)) from None
     plans = []
     for name, handlers in order.items():
         topic = app.topics[name]
@@ -130,19 +130,19 @@ def start_stream(
     if spark.conf.get("spark.sql.streaming.stateStore.providerClass", None) != ROCKSDB:
         spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     where = Path(checkpoint) if checkpoint is not None else default_checkpoint(model.name)
+    read = reader or reventless_reader(url, max_events=max_events_per_trigger)
+    if not handlers:  # a pipeline is checked before anything is written
+        assert pipeline is not None
+        out: DataFrame = pipeline(Topics(spark, list(app.topics), read, {}))
+        check_columns(model, out)
     sink = open_sink(model, url)
     run, start, rows = _start_state(where, sink, handlers)
-    read = reader or reventless_reader(url, max_events=max_events_per_trigger)
-    topics = Topics(spark, list(app.topics), read, start if handlers else {})
     if handlers:
         from .streamstate import handler_rows
 
+        topics = Topics(spark, list(app.topics), read, start)
         frames = [topics[p.name] for p in plans]
-        out: DataFrame = handler_rows(spark, model, plans, frames, rows)
-    else:
-        assert pipeline is not None
-        out = pipeline(topics)
-        check_columns(model, out)
+        out = handler_rows(spark, model, plans, frames, rows)
     committed: dict[int, tuple[int, dict[Part, int]]] = {}
 
     def on_commit(batch_id: int, n: int, positions: dict[Part, int]) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,6 +35,7 @@ from sqlalchemy.engine import Connection
 
 from ..errors import StreamFencedError
 from ..ids import now_us
+from . import tables
 from .database import Database
 from .readmodel import RowModel, SqlReadModelTable
 
@@ -105,7 +107,11 @@ class SqlStreamSink:
     def __init__(self, db: Database, model: RowModel[Any]) -> None:
         self.db = db
         self.model = model
-        self.table = SqlReadModelTable(model, db)
+
+    @cached_property
+    def table(self) -> SqlReadModelTable[Any]:
+        """The read model's table (its statements need the opened database's dialect)."""
+        return SqlReadModelTable(self.model, self.db)
 
     @property
     def columns(self) -> list[str]:
@@ -113,9 +119,11 @@ class SqlStreamSink:
         return list(self.table.columns)
 
     def open_sync(self) -> None:
-        """Create ``rv_stream_batches`` and the read model's table if missing."""
+        """Create the system tables, ``rv_stream_batches`` and the read model's table if
+        missing."""
 
         def work(conn: Connection) -> None:
+            self.db.create_sync(conn, tables.metadata)  # a store no App opened yet
             self.db.create_sync(conn, _meta)
             self.table.create_sync(conn)
 

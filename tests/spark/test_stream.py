@@ -13,7 +13,7 @@ from examples.shop.model import StockAdded, StockReleased, StockReserved, stock_
 from reventless.spark import rebuild
 from reventless.spark.streamrun import start_stream
 from tests.spark.shoplog import append, declare
-from tests.spark.streamlog import copy_of, export, rows, segments_reader
+from tests.spark.streamlog import copy_of, rows
 
 pytestmark = pytest.mark.spark
 
@@ -74,3 +74,95 @@ def _sync_rows(app: rv.App, model: rv.ReadModel[Any]) -> list[Any]:
     table = SqlReadModelTable(model, require_sql(app.store, "rows").db)
     got = table.db.read_sync(lambda conn: table.fetch_sync(conn, ["sku-1", "sku-2", "sku-3"]))
     return [got[k] for k in sorted(got)]
+
+
+async def test_late_events_behind_the_watermark_are_counted_not_lost_silently(
+    spark: Any, tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    from tests.spark.streamlog import HourCount, Read, Sensor, hour_counts, per_hour
+
+    app = rv.App(store=f"sqlite:///{tmp_path / 's.db'}")
+    sensors = app.event_log(Sensor)
+
+    def at(h: int, m: int = 0) -> datetime:
+        return datetime(2026, 1, 1, h, m, tzinfo=UTC)
+
+    async with app:
+        first = [Read(at=at(12, 5), value=1.0), Read(at=at(12, 40), value=2.0)]
+        await sensors.append("s-1", first, expected_version=0)
+        running = start_stream(
+            hour_counts, app, per_hour, spark=spark, checkpoint=tmp_path / "ck", trigger="200ms"
+        )
+        try:
+            running.wait_for(lambda q: q.reported >= 0, timeout=120)  # watermark now 12:30
+            await sensors.append(
+                "s-1",
+                [Read(at=at(9), value=5.0), Read(at=at(12, 50), value=3.0)],  # 09:00 is late
+                expected_version=2,
+            )
+            heads = await app.store.partition_heads(["Sensor"])  # type: ignore[attr-defined]
+            running.wait_for_positions(heads, timeout=120)
+        finally:
+            running.stop()
+        got = await rows(app, hour_counts)
+        assert got == [HourCount(id="s-1@12:00", readings=3, total=6.0)]  # 09:00 left out
+        state = running.state()
+        assert state is not None and state.late == 1  # ... and counted
+        assert sum(p.late for p in running.progress) == 1
+
+
+async def test_bad_input_is_a_typed_error(tmp_path: Path) -> None:
+    from reventless.errors import StreamError
+    from reventless.spark.streamcli import resolve, run_stream
+    from tests.spark.streamlog import HourCount
+
+    app = rv.App(store=f"sqlite:///{tmp_path / 's.db'}")
+    declare(app)
+    app.collect(stock_levels)
+    mapper = rv.EventMapper("a_mapper")
+    mapper.on(StockAdded)(lambda ev: None)
+    app.collect(mapper)
+    with pytest.raises(StreamError, match=r"unknown component 'nope'.*stock_levels"):
+        resolve(app, "nope")
+    with pytest.raises(StreamError, match="only read models"):
+        resolve(app, "a_mapper")
+    with pytest.raises(StreamError, match="not a read model"):
+        resolve(app, "examples.shop.model:fulfilment")
+    with pytest.raises(StreamError, match="cannot load component"):
+        resolve(app, "examples.shop.nothing:here")
+    empty: rv.ReadModel[Any] = rv.ReadModel("empty", row=HourCount, key="id")
+    with pytest.raises(StreamError, match="no handlers and no pipeline"):
+        start_stream(empty, app)
+    for bad in ("5 hours", "-1s", "0s", "soon"):
+        with pytest.raises(StreamError, match="trigger"):
+            run_stream(app, "stock_levels", trigger=bad)
+    assert resolve(app, "stock_levels") == (stock_levels, None)
+    model, pipe = resolve(app, "examples.shop.revenue_stream:sku_hours")
+    assert model.name == "sku_hourly_revenue" and pipe is not None
+
+
+async def test_a_pipeline_without_the_row_columns_is_a_typed_error(
+    spark: Any, tmp_path: Path
+) -> None:
+    from reventless.errors import StreamError
+    from tests.spark.streamlog import hour_counts
+
+    app = rv.App(store=f"sqlite:///{tmp_path / 's.db'}")
+    declare(app)
+    async with app:  # the store exists
+        pass
+    with pytest.raises(StreamError, match="lack column"):
+        start_stream(
+            hour_counts,
+            app,
+            lambda topics: topics["Inventory"].select("_offset"),
+            spark=spark,
+            checkpoint=tmp_path / "ck",
+        )
+    with pytest.raises(StreamError, match="no topic 'Nope'"):
+        start_stream(
+            hour_counts, app, lambda topics: topics["Nope"], spark=spark, checkpoint=tmp_path / "c"
+        )
+    assert not (tmp_path / "ck").exists()  # nothing started, nothing written
