@@ -58,9 +58,9 @@ async def test_a_stream_continues_a_rebuild_from_its_offsets(spark: Any, tmp_pat
 
 
 async def test_live_collector_hands_the_read_model_to_a_stream_and_back(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, shared_url: str
 ) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
+    url = shared_url  # a SQLite file, a PostgreSQL schema (read by the data source too)
     app = rv.App(store=url)
     logs = declare(app)
     view = app.collect(stock_levels)
