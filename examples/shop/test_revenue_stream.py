@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import reventless as rv
 from examples.shop.model import OrderCancelled, OrderPlaced, PlaceOrder
 from examples.shop.revenue_stream import app, fold, order_lines, revenue, sku_hours
 from tests.spark.conftest import spark  # noqa: F401 - the session-wide Spark fixture
@@ -29,6 +30,7 @@ async def test_revenue_per_sku_per_hour_streams_as_the_fold_of_the_log(
     orders = shop.topics["Order"]
     async with shop:
         log = orders
+        assert isinstance(log, rv.EventLog)
         for i in range(12):
             cmd = PlaceOrder(
                 customer_id=f"c-{i % 3}",
@@ -36,8 +38,8 @@ async def test_revenue_per_sku_per_hour_streams_as_the_fold_of_the_log(
                 qty=i % 3 + 1,
                 unit_price=Decimal("2.50"),
             )
-            await log.execute(f"o-{i}", cmd)  # type: ignore[union-attr]
-        await log.append("o-0", [OrderCancelled(reason="x")], expected_version=1)  # type: ignore[union-attr]
+            await log.execute(f"o-{i}", cmd)
+        await log.append("o-0", [OrderCancelled(reason="x")], expected_version=1)
         running = start_stream(
             sku_hours, shop, revenue, spark=spark, checkpoint=tmp_path / "ck", trigger="200ms"
         )
@@ -54,7 +56,7 @@ async def test_revenue_per_sku_per_hour_streams_as_the_fold_of_the_log(
             running.wait_for_positions(heads, timeout=120)
             for i in range(12, 20):  # a second batch
                 cmd = PlaceOrder(customer_id="c-9", sku="sku-1", qty=2, unit_price=Decimal("1.10"))
-                await log.execute(f"o-{i}", cmd)  # type: ignore[union-attr]
+                await log.execute(f"o-{i}", cmd)
             heads = await require_sql(shop.store, "t").partition_heads(["Order"])
             running.wait_for_positions(heads, timeout=120)
             lines.wait_for(lambda q: _parquet_rows(tmp_path / "lines") == 20, timeout=120)

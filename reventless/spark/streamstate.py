@@ -25,7 +25,6 @@ from ..errors import StreamError
 from .fold import Folder, RebuildError, TopicPlan, decode, has_personal, row_schema, schema_of
 
 if TYPE_CHECKING:
-    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
 EVENTS = pa.schema(
@@ -151,8 +150,8 @@ class HandlerProcessor(_processor_base()):  # type: ignore[misc]
         self.folder = Folder(self.model)
         self.schemas = [schema_of(p.recipe) for p in self.plans]
 
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Any:
-        import pandas as pd
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Any:
+        import pandas as pd  # type: ignore[import-untyped]
 
         frames = [f for f in rows if len(f)]
         if not frames:
@@ -188,7 +187,7 @@ class HandlerProcessor(_processor_base()):  # type: ignore[misc]
             self.row.update((vals,))
         yield pd.DataFrame({"_gkey": [gkey], "_key": [pickle.dumps(typed_key)], "_vals": [vals]})
 
-    def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: Any) -> None:
+    def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
         self.row.update((initialState.iloc[0, 2],))  # _gkey, _key, _vals (maybe unnamed)
 
     def close(self) -> None:
