@@ -125,10 +125,40 @@ async def test_a_driver_killed_mid_stream_restarts_without_loss_or_doubles(
         assert await rows(again, killed) == await _copy_rows(url, stock_levels)
 
 
-def _driver(url: str, checkpoint: Path) -> subprocess.Popen[bytes]:
+@pytest.mark.slow
+async def test_a_stream_on_the_loopback_standalone_cluster_with_two_workers(
+    spark: Any, tmp_path: Path
+) -> None:
+    from reventless.spark.standalone import LocalCluster
+    from tests.spark.streamproc import killed
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    app = rv.App(store=url)
+    logs = declare(app)
+    async with app:
+        await append_steps(logs, _steps(150), {})
+        heads = await _heads(app)
+    sink = open_sink(killed, url)
+    with LocalCluster(workers=2, workdir=tmp_path / "cluster", pythonpath=str(ROOT)) as cluster:
+        assert cluster.alive_workers() == 2
+        proc = _driver(url, tmp_path / "ck", cluster.master)
+        try:
+            _until(lambda: _reached(sink, heads), proc, timeout=240)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        executors = [p for w in ("w0", "w1") for p in (tmp_path / "cluster" / w).glob("app-*/*")]
+    assert len(executors) >= 2  # both workers ran an executor
+    again = rv.App(store=url)
+    declare(again)
+    async with again:
+        assert await rows(again, killed) == await _copy_rows(url, stock_levels)
+
+
+def _driver(url: str, checkpoint: Path, master: str = "local[2]") -> subprocess.Popen[bytes]:
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.spark.streamproc", url, str(checkpoint)],
+        [sys.executable, "-m", "tests.spark.streamproc", url, str(checkpoint), master],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
