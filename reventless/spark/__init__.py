@@ -27,6 +27,11 @@ from .rebuild import RebuildReport, plan, rebuild
 from .segments import SegmentExport, export_segments
 from .session import default_master, jdbc_jar, session
 from .source import Source, read_log
+from .stream import StreamProgress, StreamQuery, Topics
+from .streamcli import run_stream
+from .streamfile import start_files
+from .streamhandoff import hand_to_collector, hand_to_stream
+from .streamrun import start_stream
 
 __all__ = [
     "LogSource",
@@ -34,15 +39,23 @@ __all__ = [
     "RebuildReport",
     "SegmentExport",
     "Source",
+    "StreamProgress",
+    "StreamQuery",
+    "Topics",
     "default_master",
     "export_segments",
     "from_spark",
+    "hand_to_collector",
+    "hand_to_stream",
     "jdbc_jar",
     "plan",
     "read_log",
     "rebuild",
     "register",
+    "run_stream",
     "session",
     "spark_schema",
+    "start_files",
+    "start_stream",
     "to_spark",
 ]
