@@ -6,7 +6,8 @@ measured per step). At each size, on that store: sequential one-event commands o
 aggregate, loads of a 1000-event aggregate (the default snapshot every 100 events), a
 counting collector catching up from offset 0 over the whole log, and ``read_batches``
 over the whole log. Catch-up and reads run in a fresh process each, whose peak resident
-memory (``ru_maxrss``) is reported. The plot (``bench/plots/scaling.png``) shows each rate against the log's size.
+memory (``ru_maxrss``) is reported. The plot (``bench/plots/scaling.png``) shows each
+rate against the log's size.
 """
 
 from __future__ import annotations
