@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("reventless.spark")
 OnProgress = Callable[[StreamProgress], None]
 _START = "reventless-start.pkl"
+_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 
 
 def plans_of(model: Component, app: App) -> list[TopicPlan]:
@@ -116,7 +117,7 @@ def start_stream(
     the start of the log. ``trigger``: ``"5s"``, ``"500ms"``, ``"available"`` (what is
     there, then stop). ``reader`` reads a topic (default: the ``reventless`` data
     source on the app's store, ``max_events_per_trigger`` per batch). ``on_progress``
-    gets a ``StreamProgress`` after every batch (on Spark's listener thread).
+    gets a ``StreamProgress`` after every batch (on the thread reporting progress).
     """
     from .session import session
 
@@ -127,8 +128,46 @@ def start_stream(
         raise StreamError(f"{getattr(model, 'name', model)!r}: a pipeline writes a read model")
     url = store_url(app)
     spark = spark or session(master)
-    if spark.conf.get("spark.sql.streaming.stateStore.providerClass", None) != ROCKSDB:
-        spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    # Spark's RocksDB state store (transformWithState needs it) for this query only: a
+    # query keeps the session's settings of its start (and its checkpoint records them)
+    before = spark.conf.get(_PROVIDER, None)
+    spark.conf.set(_PROVIDER, ROCKSDB)
+    try:
+        return _start(
+            model,
+            app,
+            pipeline,
+            spark,
+            url,
+            checkpoint,
+            kwargs,
+            handlers,
+            plans,
+            reader,
+            max_events_per_trigger,
+            on_progress,
+        )
+    finally:
+        if before is None:
+            spark.conf.unset(_PROVIDER)
+        else:
+            spark.conf.set(_PROVIDER, before)
+
+
+def _start(
+    model: ReadModel[Any],
+    app: App,
+    pipeline: Pipeline | None,
+    spark: SparkSession,
+    url: str,
+    checkpoint: str | Path | None,
+    kwargs: dict[str, Any],
+    handlers: bool,
+    plans: list[TopicPlan],
+    reader: Reader | None,
+    max_events_per_trigger: int | None,
+    on_progress: OnProgress | None,
+) -> StreamQuery:
     where = Path(checkpoint) if checkpoint is not None else default_checkpoint(model.name)
     read = reader or reventless_reader(url, max_events=max_events_per_trigger)
     if not handlers:  # a pipeline is checked before anything is written
