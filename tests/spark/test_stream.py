@@ -166,3 +166,67 @@ async def test_a_pipeline_without_the_row_columns_is_a_typed_error(
             hour_counts, app, lambda topics: topics["Nope"], spark=spark, checkpoint=tmp_path / "c"
         )
     assert not (tmp_path / "ck").exists()  # nothing started, nothing written
+
+
+async def test_run_stream_reports_progress_and_returns_the_committed_state(
+    spark: Any, tmp_path: Path
+) -> None:
+    from reventless.spark.streamcli import run_stream
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    app = rv.App(store=url)
+    logs = declare(app)
+    app.collect(stock_levels)
+    async with app:
+        await append(logs, _steps(30), {})
+        await app.settle()
+        live = await rows(app, stock_levels)
+        heads = await app.store.partition_heads(["Inventory"])  # type: ignore[attr-defined]
+    streamed = rv.App(store=url)  # the stream owns the model from an empty table on
+    declare(streamed)
+    app2_model = copy_of(stock_levels, "stock_levels_cli")
+    streamed.collect(app2_model)
+    seen: list[Any] = []
+    state = run_stream(
+        streamed,
+        "stock_levels_cli",
+        master="local[2]",  # the tests' session
+        trigger="available",  # what the log holds, then the query ends
+        checkpoint=tmp_path / "ck",
+        on_progress=seen.append,
+    )
+    assert state is not None and state.positions == heads
+    assert sum(p.rows_in for p in seen) == heads["Inventory", 0]
+    assert all(p.seconds > 0 and p.lag == {"Inventory": 0} for p in seen[-1:])
+    async with streamed:
+        assert await rows(streamed, app2_model) == live
+
+
+async def test_a_stream_next_to_a_running_live_collector_is_fenced_out(
+    spark: Any, tmp_path: Path
+) -> None:
+    from reventless.errors import StreamFencedError
+
+    app = rv.App(store=f"sqlite:///{tmp_path / 's.db'}")
+    logs = declare(app)
+    app.collect(stock_levels)
+    versions: dict[str, int] = {}
+    async with app:
+        await append(logs, _steps(10), versions)
+        await app.settle()
+        # started without pausing the live collector (hand_to_stream would pause it)
+        running = start_stream(
+            stock_levels, app, spark=spark, checkpoint=tmp_path / "ck", trigger="200ms"
+        )
+        await append(logs, _steps(10, base=10), versions)
+        await app.settle()  # the live collector moves the checkpoints first
+        with pytest.raises(StreamFencedError, match="another collector runs this read model"):
+            running.wait_for(lambda q: False, timeout=120)
+        running.query.stop()
+        assert await rows(app, stock_levels) == await _fold_rows(app)
+
+
+async def _fold_rows(app: rv.App) -> list[Any]:
+    from tests.spark.test_rebuild import _copy_rows
+
+    return await _copy_rows(str(app.store.db.url), stock_levels)  # type: ignore[attr-defined]
