@@ -14,7 +14,7 @@ Each micro-batch lands through ``foreachBatch`` in ONE store transaction with th
 stream's position, keyed by the batch id (``reventless.store.streamsink``): a killed
 query restarted from its Spark checkpoint neither loses nor doubles a row. The log
 offsets the batch read up to become the read model's checkpoints, so the live
-collector can take it back (``handoff.py``).
+collector can take it back (``streamhandoff.py``).
 
 Example::
 
@@ -24,7 +24,7 @@ Example::
         return rows                                 # one column per SkuHour field
 
     running = rv.spark.start_stream(sku_hours, app, revenue, trigger="5s")
-    running.wait_for_positions(await app.heads())   # or run until stopped
+    running.wait_for_positions({("Order", 0): 1200})   # or run until stopped
     running.stop()
 """
 
