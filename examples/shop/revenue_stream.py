@@ -13,7 +13,8 @@ Run it (a shop database made by ``python -m examples.shop``)::
 
     python -m examples.shop.revenue_stream sqlite:///shop.db
 
-or through the CLI: ``reventless stream sku_hourly_revenue --app examples.shop.revenue_stream:app``.
+or through the CLI: ``reventless stream examples.shop.revenue_stream:sku_hours --app
+examples.shop.revenue_stream:app --store sqlite:///shop.db``.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ Example::
     reventless token hash --new          # a new bearer token and its tokens-file hash
     reventless rebuild examples.shop.stats:customer_orders --app examples.shop.model:app
     reventless docs asyncapi --app examples.shop.model:app --out asyncapi.json
+    reventless stream examples.shop.revenue_stream:sku_hours --app examples.shop.revenue_stream:app
 
 ``--app`` and the read model are ``module:attribute`` imported from the current
 directory, as uvicorn and celery do. A user error (a bad argument, an unknown topic, a
@@ -33,7 +34,7 @@ from collections.abc import Sequence
 import typer
 
 from ..errors import ReventlessError
-from . import letters, log, operations, replay, serving, status
+from . import letters, log, operations, replay, serving, status, streaming
 from .loading import FACTORY_RULE
 from .run import INTERRUPTED, USER_ERROR, UsageError, one_line
 
@@ -64,8 +65,7 @@ def build() -> typer.Typer:
     app.command("forget")(operations.forget)
     app.command("master-key")(operations.master_key)
     app.command("serve")(serving.serve)
-    # `stream` (a component run by Spark Structured Streaming) is registered here too,
-    # beside `rebuild`, once reventless.spark provides it.
+    app.command("stream")(streaming.stream)
 
     token = typer.Typer(help="Bearer tokens for the gateway's tokens file.")
     token.command("hash")(serving.token_hash)
