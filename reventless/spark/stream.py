@@ -286,14 +286,17 @@ class StreamQuery:
 
 def stream_error(exc: BaseException) -> BaseException:
     """The reventless error inside a Spark error's text, or the error itself."""
-    from ..errors import StreamFencedError
+    from ..errors import SchemaMismatchError, StreamFencedError, TopicNotFoundError
     from .fold import RebuildError
 
     text = str(exc)
-    for cls in (StreamFencedError, StreamError):
-        found = re.search(rf"{cls.__name__}: (.*)", text)
+    for cls in (StreamFencedError, StreamError, SchemaMismatchError, TopicNotFoundError):
+        found = re.search(rf"\b{cls.__name__}: (.*)", text)
         if found:
             return cls(found.group(1).strip())
+    found = re.search(r"\bResnapshotRequiredError: (.*)", text)
+    if found:  # the log's offsets the stream needs were deleted by retention
+        return StreamError(f"resnapshot required: {found.group(1).strip()}")
     found_rebuild = RebuildError.from_text(text)
     return found_rebuild if found_rebuild is not None else exc
 
