@@ -150,18 +150,18 @@ def test_encoders_fill_tags_and_decoders_ignore_them() -> None:
     values = schema.encoder("StudentSubscribed")(e)
     assert values[-1] == '["student:s1","course:c1"]'
     assert schema.decode("StudentSubscribed", values) == e
-    row = (1, 0, 5, None, None, "StudentSubscribed", 1, "m", *[None] * 6, 0, *values)
+    row = (1, 0, 5, None, None, "StudentSubscribed", 1, "m", *[None] * 6, 0, None, *values)
     env = envelope_of(schema, "courses", row)
     assert env.event == e and env.tags == ("student:s1", "course:c1")
     plain = TopicSchema.from_events("c", [Closed])
-    row = (1, 0, 5, "a", 1, "Closed", 1, "m", *[None] * 6, 0, "why")
+    row = (1, 0, 5, "a", 1, "Closed", 1, "m", *[None] * 6, 0, None, "why")
     assert envelope_of(plain, "c", row).tags == ()
 
 
 def test_tags_round_trip_through_arrow_and_a_stored_schema() -> None:
     schema = TopicSchema.from_events("courses", list(EVENTS), tags=True)
     values = schema.encoder("StudentSubscribed")(StudentSubscribed(student_id="s", course_id="c"))
-    row = (1, 0, 5, None, None, "StudentSubscribed", 1, "m", *[None] * 6, 0, *values)
+    row = (1, 0, 5, None, None, "StudentSubscribed", 1, "m", *[None] * 6, 0, None, *values)
     batch = schema.to_arrow([row])
     assert batch.column("_tags").to_pylist() == [["student:s", "course:c"]]
     assert schema.from_arrow_rows(batch, with_meta=True) == [row]
