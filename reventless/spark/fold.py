@@ -11,6 +11,7 @@ with personal columns pay for it). Nothing here imports PySpark.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -135,6 +136,14 @@ class Folder:
         except Exception as exc:
             detail = f"handler {spec.fn.__name__} failed: {type(exc).__name__}: {exc}"
             raise _error(ev, detail) from exc
+        # The common case (one Upsert of the row type, of the event's key), inline:
+        if (
+            type(out) is Upsert
+            and type(out.row) is self.row_type
+            and getattr(out.row, self.key_field) == key
+        ):
+            state[key] = out.row
+            return
         for op in as_ops(out):
             if isinstance(op, Upsert):
                 if not isinstance(op.row, self.row_type):
@@ -196,14 +205,17 @@ def fold_partition(
     """The ``mapInArrow`` function of a rebuild (see the module docstring).
 
     Input columns: ``_gkey`` (group key), ``_tidx`` (index into ``plans``) and one struct
-    column ``t<i>`` per topic holding its row. ``counter`` (a Spark accumulator) counts
+    column ``t<i>`` per topic holding its row; with one topic, ``_gkey`` and the topic's
+    own columns. ``counter`` (a Spark accumulator) counts
     the events handled; ``keys`` opens personal fields (needed when a topic has some)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         schemas = [schema_of(p.recipe) for p in plans]
         encode = row_schema(model).encoder(model.row.__name__)
         out_schema = output_schema(model)
-        folder = Folder(model)
+        apply = Folder(model).apply
+        names = [p.name for p in plans]
+        specs: list[dict[str, HandlerSpec | None]] = [{} for _ in plans]  # filled as met
         state: dict[Any, Any] = {}
         group: Any = run  # a sentinel no key equals
         done: list[tuple[Any, ...]] = []
@@ -215,14 +227,16 @@ def fold_partition(
 
         for batch in batches:
             gkeys = batch.column("_gkey").to_pylist()
-            tidx_col = batch.column("_tidx")
-            tidx = tidx_col.to_pylist()
+            single = len(plans) == 1  # then the topic's columns come flat, no _tidx
+            tidx_col = pa.nulls(0) if single else batch.column("_tidx")
+            tidx = itertools.repeat(0, batch.num_rows) if single else tidx_col.to_pylist()
             rows: list[Iterator[tuple[Any, ...]]] = []
             for i in range(len(plans)):
-                struct = batch.column(f"t{i}")
-                if len(plans) > 1:
-                    struct = pc.filter(struct, pc.equal(tidx_col, i))
-                flat = pa.RecordBatch.from_struct_array(struct)
+                if single:
+                    flat = batch
+                else:
+                    struct = pc.filter(batch.column(f"t{i}"), pc.equal(tidx_col, i))
+                    flat = pa.RecordBatch.from_struct_array(struct)
                 typed = from_spark(flat, schemas[i].arrow_schema)
                 got = schemas[i].from_arrow_rows(typed, with_meta=True)
                 rows.append(iter(opened_rows(schemas[i], got, keys)))
@@ -231,19 +245,14 @@ def fold_partition(
                 if g != group:
                     flush()
                     group = g
-                plan = plans[t]
                 etype = row[TYPE_AT]
-                spec = plan.handler(etype)
-                if etype not in schemas[t].event_types and schemas[t].event_types:
-                    raise RebuildError(
-                        f"unknown event type {etype!r} (no class of this topic has it)",
-                        plan.name,
-                        int(row[OFFSET_AT]),
-                        str(etype),
-                    )
+                try:
+                    spec = specs[t][etype]
+                except KeyError:
+                    spec = specs[t][etype] = _spec_of(plans[t], schemas[t], row)
                 if spec is None:
                     continue
-                folder.apply(state, decode(schemas[t], plan.name, row), spec)
+                apply(state, decode(schemas[t], names[t], row), spec)
                 handled += 1
             if len(done) >= _OUT_BATCH:
                 yield _batch(done, out_schema)
@@ -255,6 +264,20 @@ def fold_partition(
             yield _batch(done, out_schema)
 
     return run
+
+
+def _spec_of(plan: TopicPlan, schema: TopicSchema, row: tuple[Any, ...]) -> HandlerSpec | None:
+    """The handler of ``row``'s event type; an event type the topic has no class of stops
+    the rebuild."""
+    etype = row[TYPE_AT]
+    if schema.event_types and etype not in schema.event_types:
+        raise RebuildError(
+            f"unknown event type {etype!r} (no class of this topic has it)",
+            plan.name,
+            int(row[OFFSET_AT]),
+            str(etype),
+        )
+    return plan.handler(etype)
 
 
 def _batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:

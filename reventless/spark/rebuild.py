@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from ..app import App
 
 Part = tuple[str, int]
+_EVENTS_PER_TASK = 1_000_000
 AsOf = int | datetime | Mapping[str, int]
 Progress = Callable[[str], None]
 
@@ -154,7 +155,8 @@ def _python_keys(df: DataFrame, plan: TopicPlan, keys: KeySource | None) -> Data
 
 
 def _events(frames: list[DataFrame], plans: list[TopicPlan], keys: KeySource | None) -> DataFrame:
-    """One frame of every handled event: ``_gkey``, ``_tidx``, ``_off``, ``t<i>`` structs."""
+    """One frame of every handled event: ``_gkey``, ``_tidx``, ``_off``, ``t<i>`` structs
+    (a single topic: ``_gkey`` and the topic's own columns)."""
     from pyspark.sql import functions as F
 
     shaped = []
@@ -172,6 +174,8 @@ def _events(frames: list[DataFrame], plans: list[TopicPlan], keys: KeySource | N
             df = _python_keys(df, p, keys)
             key = F.col("_gkey")
         cols = [F.col(c) for c in structs[i].fieldNames()]
+        if len(plans) == 1:  # one topic: its columns as they are (less to shuffle and convert)
+            return df.select(key.alias("_gkey"), *cols)
         parts = [key.alias("_gkey"), F.lit(i).alias("_tidx"), F.col("_offset").alias("_off")]
         for j, st in enumerate(structs):
             parts.append(
@@ -191,11 +195,16 @@ def _fold(
     events: DataFrame,
     counter: Any,
     keys: KeySource | None,
+    total: int = 0,
 ) -> DataFrame:
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    # At least one partition per _EVENTS_PER_TASK events: each task sorts its partition,
+    # and a sort that outgrows its share of execution memory spills to disk.
     n = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    ordered = events.repartition(n, "_gkey").sortWithinPartitions("_gkey", "_tidx", "_off")
+    n = max(n, -(-total // _EVENTS_PER_TASK))  # total: events in the log
+    order = ["_tidx", "_off"] if len(plans) > 1 else ["_offset"]
+    ordered = events.repartition(n, "_gkey").sortWithinPartitions("_gkey", *order)
     return ordered.mapInArrow(
         fold_partition(model, plans, counter, keys), from_arrow_schema(output_schema(model))
     )
@@ -301,7 +310,8 @@ async def rebuild(
             rows_df, handled = compiled(frames)
         else:
             counter = spark.sparkContext.accumulator(0)
-            rows_df = _fold(spark, model, plans, _events(frames, plans, keys), counter, keys)
+            shaped = _events(frames, plans, keys)
+            rows_df = _fold(spark, model, plans, shaped, counter, keys, sum(upto.values()))
             handled = lambda: int(counter.value)  # noqa: E731
         stage = work / "staging" / f"{table_name('rm_', model.name)}-{uuid.uuid4().hex[:8]}"
         say("folding events with " + ("compiled column upserts" if compiled else "the handlers"))
