@@ -1,4 +1,5 @@
-"""``python -m bench.spark [--quick] [--out BENCHMARKS.md]``: Spark rebuilds.
+"""``python -m bench.spark [--quick] [--sizes N,..] [--work DIR] [--out BENCHMARKS.md]``: Spark
+rebuilds.
 
 Measures, on Parquet segments of the shop's Inventory topic (N StockAdded/StockReserved
 events over N/10 SKUs, written with pyarrow in the segment format the store exports):
@@ -7,6 +8,11 @@ vectorised path (``stock_counters``), a pyarrow baseline (latest state per key),
 of the driver + JVM + Python workers, and (full mode) 1 vs 2 workers on a loopback
 standalone cluster. The store export and the SQL load are not in these numbers (the job
 writes the final rows to Parquet staging, as ``rebuild`` does before loading them).
+While the Python-handler job runs, the RSS of the executor's processes is sampled from
+``/proc`` (local mode: one executor, the driver's JVM, and its Python workers): the JVM's
+peak, the largest Python worker's peak and the peak of all Python workers together.
+``--sizes`` picks the event counts (local[2] only, no cluster runs); ``--work`` keeps the
+generated segments in a directory to reuse across runs.
 Results go between ``<!-- spark:start -->`` and ``<!-- spark:end -->`` in ``--out``.
 """
 
@@ -19,7 +25,9 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +102,69 @@ def rss_mb(spark: Any) -> float:
     return total
 
 
-def job(spark: Any, model: Any, segs: Path, stage: Path, fast: bool) -> tuple[float, int]:
-    """The rebuild's Spark job (segments -> final rows in Parquet staging)."""
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    return kids
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class ExecutorMemory:
+    """Peak RSS of a local executor's processes while a job runs, sampled from ``/proc``:
+    ``jvm_mb`` (the JVM), ``worker_mb`` (the largest Python worker), ``workers_mb`` (all
+    Python processes under the JVM together, at their joint peak)."""
+
+    def __init__(self, jvm: int, every: float = 0.2) -> None:
+        self.jvm, self.every = jvm, every
+        self.jvm_mb = self.worker_mb = self.workers_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ExecutorMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self) -> None:
+        """Read the RSS of the JVM and every process below it once."""
+        kids = _children()
+        below, todo = [], list(kids.get(self.jvm, []))
+        while todo:
+            pid = todo.pop()
+            below.append(pid)
+            todo += kids.get(pid, [])
+        sizes = [_rss_mb(p) for p in below]
+        self.jvm_mb = max(self.jvm_mb, _rss_mb(self.jvm))
+        self.worker_mb = max([self.worker_mb, *sizes])
+        self.workers_mb = max(self.workers_mb, sum(sizes))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.every)
+        self.sample()
+
+
+def job(spark: Any, model: Any, segs: Path, stage: Path, fast: bool, n: int) -> tuple[float, int]:
+    """The rebuild's Spark job over ``n`` events (segments -> final rows in Parquet staging)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     import reventless as rv
@@ -115,7 +184,7 @@ def job(spark: Any, model: Any, segs: Path, stage: Path, fast: bool) -> tuple[fl
         rows, _ = compiled([frame])
     else:
         counter = spark.sparkContext.accumulator(0)
-        rows = _fold(spark, model, plans, _events([frame], plans), counter)
+        rows = _fold(spark, model, plans, _events([frame], plans, None), counter, None, n)
     rows.write.mode("overwrite").parquet(str(stage))
     seconds = time.perf_counter() - t0
     return seconds, pq.read_table(stage).num_rows
@@ -134,17 +203,25 @@ def measure(master: str, sizes: list[int], work: Path, cluster: bool) -> list[di
     from reventless.spark import session
 
     spark = session(master, conf={"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"})
+    jvm = spark.sparkContext._gateway.proc.pid
     out = []
     for n in sizes:
         segs = work / f"segs-{n}"
         if not segs.exists():
             make_segments(segs, n)
         rows: dict[str, Any] = {"n": n, "master": master}
-        job(spark, stock_counters, segs, work / "warm", True)  # JIT and caches
-        rows["python_s"], rows["python_rows"] = job(spark, stock_levels, segs, work / "st1", False)
+        job(spark, stock_counters, segs, work / "warm", True, n)  # JIT and caches
+        with ExecutorMemory(jvm) if not cluster else nullcontext() as mem:
+            rows["python_s"], rows["python_rows"] = job(
+                spark, stock_levels, segs, work / "st1", False, n
+            )
+        if mem is not None:
+            rows["jvm_mb"], rows["worker_mb"] = mem.jvm_mb, mem.worker_mb
+            rows["workers_mb"] = mem.workers_mb
+        rows["load"] = os.getloadavg()[0]
         if not cluster:
             rows["vector_s"], rows["vector_rows"] = job(
-                spark, stock_counters, segs, work / "st2", True
+                spark, stock_counters, segs, work / "st2", True, n
             )
             rows["pyarrow_s"] = pyarrow_baseline(segs)
         rows["rss_mb"] = rss_mb(spark)
@@ -174,18 +251,23 @@ def report(local: list[dict[str, Any]], clusters: dict[int, list[dict[str, Any]]
         "Parquet segments; the rebuild's Spark job from segments to staged final rows (export "
         "from the store and the SQL load excluded). `stock_levels` runs its decorated Python "
         "handlers in executors; `stock_counters` is declared with `rv.ColumnUpserts` and "
-        "compiled to Spark SQL. Warm session (a first job ran before). Peak RSS = driver + JVM "
-        "+ Python workers (VmHWM).",
+        "compiled to Spark SQL. Warm session (a first job ran before). Executor memory: peak "
+        "RSS sampled every 0.2 s while the Python-handler job runs (local mode has one executor: "
+        "the JVM, plus its Python workers; the largest worker and all workers together). Peak "
+        "RSS (all) = driver + JVM + Python workers over the whole session (VmHWM). Load = the "
+        "machine's 1-minute load average after the run (2 cores, shared).",
         "",
-        "| events | master | Python handlers | vectorised | pyarrow baseline | peak RSS |",
-        "|---|---|---|---|---|---|",
+        "| events | master | Python handlers | vectorised | pyarrow baseline "
+        "| executor JVM | Python worker | all Python workers | peak RSS (all) | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in local:
         n = r["n"]
         lines.append(
             f"| {n:,} | {r['master']} | {r['python_s']:.1f} s ({n / r['python_s']:,.0f} ev/s) | "
             f"{r['vector_s']:.1f} s ({n / r['vector_s']:,.0f} ev/s) | {r['pyarrow_s']:.2f} s | "
-            f"{r['rss_mb']:,.0f} MB |"
+            f"{r['jvm_mb']:,.0f} MB | {r['worker_mb']:,.0f} MB | {r['workers_mb']:,.0f} MB | "
+            f"{r['rss_mb']:,.0f} MB | {r['load']:.1f} |"
         )
     if clusters:
         lines += [
@@ -240,9 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.spark")
     p.add_argument("--quick", action="store_true", help="50k events, local only")
     p.add_argument("--out", default=None, help="Markdown file to update")
+    p.add_argument(
+        "--sizes", default=None, help="event counts, e.g. 10000000 (local[2] only, no cluster)"
+    )
+    p.add_argument("--work", default=None, help="keep generated segments here and reuse them")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--work", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--sizes", default=None, help=argparse.SUPPRESS)
     p.add_argument("--cluster", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
@@ -250,12 +334,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(a.child, sizes, Path(a.work), a.cluster)))
         return 0
     cmd = "python -m bench.spark" + (" --quick" if a.quick else "")
-    with tempfile.TemporaryDirectory() as tmp:
+    cmd += f" --sizes {a.sizes}" if a.sizes else ""
+    with tempfile.TemporaryDirectory() if a.work is None else nullcontext(a.work) as tmp:
         work = Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         sizes = [50_000] if a.quick else [100_000, 1_000_000, 10_000_000]
+        sizes = [int(s) for s in a.sizes.split(",")] if a.sizes else sizes
         local = _child("local[2]", sizes, work, False)
         clusters: dict[int, list[dict[str, Any]]] = {}
-        if not a.quick:
+        if not a.quick and not a.sizes:
             from reventless.spark.standalone import LocalCluster
 
             for w in (1, 2):
