@@ -59,7 +59,7 @@ async def test_revenue_per_sku_per_hour_streams_as_the_fold_of_the_log(
                 await log.execute(f"o-{i}", cmd)
             heads = await require_sql(shop.store, "t").partition_heads(["Order"])
             running.wait_for_positions(heads, timeout=120)
-            lines.wait_for(lambda q: _parquet_rows(tmp_path / "lines") == 20, timeout=120)
+            lines.wait_until(lambda q: _parquet_rows(tmp_path / "lines") == 20, timeout=120)
         finally:
             running.stop()
             lines.stop()

@@ -228,7 +228,7 @@ class StreamQuery:
         """What the store holds of this projection (batch id, positions, counters)."""
         return None if self.sink is None else self.sink.state_sync(self.name)
 
-    def wait_for(
+    def wait_until(
         self, done: Callable[[StreamQuery], bool], timeout: float = 120.0, poll: float = 0.2
     ) -> None:
         """Wait until ``done(self)`` holds (re-checked after each batch and every ``poll``
@@ -254,7 +254,7 @@ class StreamQuery:
             got = st.positions if st is not None else {}
             return all(got.get(p, 0) >= o for p, o in heads.items())
 
-        self.wait_for(reached, timeout)
+        self.wait_until(reached, timeout)
 
     def raise_failure(self) -> None:
         """Raise the error the query stopped with, as a reventless error where it is one."""
@@ -269,7 +269,7 @@ class StreamQuery:
         if st is not None and st.run == self.run and self.query.isActive:
             # Spark forgets a stopped query's progress: report the last batch first
             with contextlib.suppress(TimeoutError, ReventlessError):
-                self.wait_for(lambda q: self.reported >= st.batch_id, timeout=10)
+                self.wait_until(lambda q: self.reported >= st.batch_id, timeout=10)
         self.query.stop()
         if self.reporter is not None:
             self.reporter.join(timeout=30)

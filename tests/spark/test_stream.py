@@ -43,7 +43,7 @@ async def test_handlers_in_a_stream_equal_the_live_collector_and_the_rebuild(
             streamed, app, spark=spark, checkpoint=tmp_path / "ck", trigger="200ms"
         )
         try:
-            running.wait_for(lambda q: any(p.rows_out for p in q.progress), timeout=120)
+            running.wait_until(lambda q: any(p.rows_out for p in q.progress), timeout=120)
             await append(logs, _steps(30, base=40), versions)  # later batches: state kept
             await app.settle()
             heads = await app.store.partition_heads(["Inventory"])  # type: ignore[attr-defined]
@@ -96,7 +96,7 @@ async def test_late_events_behind_the_watermark_are_counted_not_lost_silently(
             hour_counts, app, per_hour, spark=spark, checkpoint=tmp_path / "ck", trigger="200ms"
         )
         try:
-            running.wait_for(lambda q: q.reported >= 0, timeout=120)  # watermark now 12:30
+            running.wait_until(lambda q: q.reported >= 0, timeout=120)  # watermark now 12:30
             await sensors.append(
                 "s-1",
                 [Read(at=at(9), value=5.0), Read(at=at(12, 50), value=3.0)],  # 09:00 is late
@@ -221,7 +221,7 @@ async def test_a_stream_next_to_a_running_live_collector_is_fenced_out(
         await append(logs, _steps(10, base=10), versions)
         await app.settle()  # the live collector moves the checkpoints first
         with pytest.raises(StreamFencedError, match="another collector runs this read model"):
-            running.wait_for(lambda q: False, timeout=120)
+            running.wait_until(lambda q: False, timeout=120)
         running.query.stop()
         assert await rows(app, stock_levels) == await _fold_rows(app)
 
