@@ -34,6 +34,7 @@ from .workloads import (
     RAW_DATA,
     RAW_INSERT,
     Where,
+    _rv_conc,
     check,
     es_env,
     perf,
@@ -134,23 +135,6 @@ async def _rv_exec10(where: Where, n: int) -> float:
 
 
 # -- 3. 64 commands in flight -------------------------------------------------------------------
-
-
-async def _rv_inflight(where: Where, workers: int, per: int, synchronous: str = "FULL") -> float:
-    app = _app(where, synchronous)
-    log = app.event_log(Counter)
-
-    async def worker(i: int) -> None:
-        for _ in range(per):
-            await log.execute(f"w-{i}", Increment(by=1))
-
-    async with app:
-        await asyncio.gather(*(log.execute(f"w-{i}", Increment(by=1)) for i in range(workers)))
-        t0 = perf()
-        await asyncio.gather(*(worker(i) for i in range(workers)))
-        dt = perf() - t0
-        check(await rv_count(app) == workers * (per + 1), "reventless inflight count")
-    return workers * per / dt
 
 
 def _raw_rows(where: Where, n_tx: int, per: int, synchronous: str = "FULL") -> float:
@@ -275,14 +259,13 @@ def _raw_read_rows(where: Where, aggs: int, per: int) -> float:
 # -- 6. collector catch-up with a counting handler ---------------------------------------------
 
 
-async def _rv_catchup_count(where: Where, aggs: int, per: int) -> float:
-    pre = _app(where)
-    log = pre.event_log(Counter)
-    async with pre:
-        await rv_preload(log, "cu", aggs, per)
-    app = _app(where)
+async def count_catch_up(
+    app: rv.App, name: str = "count", timeout: float = 600
+) -> tuple[int, float]:
+    """Start ``app`` with a side effect counting every ``Incremented`` from offset 0 (a
+    durable checkpoint per page), settle; the events it counted and the seconds taken."""
     app.event_log(Counter)
-    counter = rv.SideEffectHandler("count")
+    counter = rv.SideEffectHandler(name)
     seen = [0]
 
     @counter.on(Incremented)
@@ -293,11 +276,19 @@ async def _rv_catchup_count(where: Where, aggs: int, per: int) -> float:
     t0 = perf()
     await app.start()
     try:
-        await app.settle()
-        dt = perf() - t0
+        await app.settle(timeout=timeout)
+        return seen[0], perf() - t0
     finally:
         await app.stop()
-    check(seen[0] == aggs * per, "reventless counting catch-up")
+
+
+async def _rv_catchup_count(where: Where, aggs: int, per: int) -> float:
+    pre = _app(where)
+    log = pre.event_log(Counter)
+    async with pre:
+        await rv_preload(log, "cu", aggs, per)
+    seen, dt = await count_catch_up(_app(where))
+    check(seen == aggs * per, "reventless counting catch-up")
     return aggs * per / dt
 
 
@@ -370,7 +361,7 @@ def _cpu_rows(where: Path, n: int) -> dict[str, float]:
     return {
         "reventless, sequential": _cpu(lambda: asyncio.run(seq()), n),
         "reventless, 64 in flight": _cpu(
-            lambda: asyncio.run(_rv_inflight(where / "b", workers, per, "OFF")), workers * per
+            lambda: asyncio.run(_rv_conc(where / "b", workers, per, "OFF")), workers * per
         ),
         "raw, 1-row transactions": _cpu(lambda: _raw_rows(where / "c", n, 1, "OFF"), n),
         "raw, 64-row transactions": _cpu(
@@ -435,7 +426,7 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             "64 commands in flight (raw: 64 rows per transaction)",
             "cmd/s",
             {
-                "reventless": arun(_rv_inflight, w, per),
+                "reventless": arun(_rv_conc, w, per),
                 "raw": lambda p: _raw_rows(p, per * 2, 64),
             },
             ">= 40% raw",

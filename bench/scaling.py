@@ -87,25 +87,11 @@ def _child(kind: str, url: str, size: int) -> dict[str, float]:
 
 
 async def child_catchup(url: str, size: int) -> float:
-    app = _app(url)
-    app.event_log(Counter)
-    counter = rv.SideEffectHandler(f"count_{time.time_ns()}")
-    seen = [0]
+    from .core import count_catch_up
 
-    @counter.on(Incremented)
-    async def _count(ev: rv.Envelope[Incremented]) -> None:
-        seen[0] += 1
-
-    app.collect(counter)
-    t0 = perf()
-    await app.start()
-    try:
-        await app.settle(timeout=3600)
-        dt = perf() - t0
-    finally:
-        await app.stop()
-    assert seen[0] >= size, (seen[0], size)
-    return seen[0] / dt
+    seen, dt = await count_catch_up(_app(url), f"count_{time.time_ns()}", timeout=3600)
+    assert seen >= size, (seen, size)
+    return seen / dt
 
 
 async def child_read(url: str, size: int) -> float:

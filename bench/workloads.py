@@ -138,11 +138,11 @@ class Workload:
 # -- shared helpers ---------------------------------------------------------------------------
 
 
-def rv_app(where: Where, snapshot_every: int = 0) -> rv.App:
+def rv_app(where: Where, snapshot_every: int = 0, synchronous: str = "FULL") -> rv.App:
     if isinstance(where, PgDb):
         store = where.url
     else:
-        store = f"sqlite:///{where / 'rv.db'}?synchronous=FULL"
+        store = f"sqlite:///{where / 'rv.db'}?synchronous={synchronous}"
     return rv.App(
         store=store,
         broker="memory://",
@@ -261,8 +261,8 @@ def _raw_seq(path: Path, n: int) -> float:
 # -- 2. per-command append, 64 concurrent coroutines --------------------------------------------
 
 
-async def _rv_conc(path: Where, workers: int, per: int) -> float:
-    app = rv_app(path)
+async def _rv_conc(path: Where, workers: int, per: int, synchronous: str = "FULL") -> float:
+    app = rv_app(path, synchronous=synchronous)
     log = app.event_log(Counter)
 
     async def worker(i: int) -> None:
