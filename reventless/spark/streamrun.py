@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..collect.component import Component, ReadModel
 from ..errors import SpecError, StreamError
-from ..eventlog import EventLog
 from ..store.streamsink import Part, SqlStreamSink
-from .fold import TopicPlan, recipe_of
+from .fold import TopicPlan
 from .stream import (
     ROCKSDB,
     Pipeline,
@@ -61,16 +60,12 @@ def plans_of(model: Component, app: App) -> list[TopicPlan]:
         raise StreamError(
             f"{model.name}: no handlers and no pipeline: give start_stream a pipeline"
         )
+    from .rebuild import plan
+
     try:
-        order = app.topology().dispatch_of(model)
+        return plan(model, app)
     except SpecError as exc:
         raise StreamError(str(exc)) from None
-    plans = []
-    for name, handlers in order.items():
-        topic = app.topics[name]
-        spec_cls = topic.spec if isinstance(topic, EventLog) else None
-        plans.append(TopicPlan(name, recipe_of(name, topic.schema, spec_cls), handlers))
-    return plans
 
 
 def _start_state(
