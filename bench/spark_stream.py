@@ -152,6 +152,11 @@ def main() -> None:
         [
             "### Streaming projection on Spark (local[2], windowed aggregate, SQLite file)",
             "",
+            f"Command: `python -m bench.spark_stream --events {a.events}`. Events appended "
+            "at once, then read by the `reventless` data source into a windowed sum per SKU "
+            "and minute committed to a read model; latency: one append, then the time until "
+            "its row is committed, per trigger interval.",
+            "",
             "| measure | result |",
             "|---|---|",
             *(f"| {m} | {r} |" for m, r in rows),
