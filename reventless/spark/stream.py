@@ -110,13 +110,35 @@ def reventless_reader(store_url: str, *, max_events: int | None = None) -> Reade
 
 
 class Topics(Mapping[str, "DataFrame"]):
-    """The topics of an App as streaming DataFrames (read once each, on first use)."""
+    """The topics of an App as streaming DataFrames (read once each, on first use).
+
+    ``static(name)`` is a topic as a batch DataFrame, for a join between a stream and
+    another topic's events (Spark reads it again for every micro-batch, up to the head
+    of that moment): a stream-stream join needs append mode, and projections upsert."""
 
     def __init__(
-        self, spark: SparkSession, names: list[str], reader: Reader, start: Mapping[Part, int]
+        self,
+        spark: SparkSession,
+        names: list[str],
+        reader: Reader,
+        start: Mapping[Part, int],
+        store: str | None = None,
     ) -> None:
         self.spark, self.names, self.reader, self.start = spark, names, reader, start
+        self.store = store
         self._frames: dict[str, DataFrame] = {}
+
+    def static(self, name: str) -> DataFrame:
+        """Topic ``name``'s events as a batch DataFrame (the ``reventless`` data source)."""
+        if name not in self.names:
+            raise StreamError(f"no topic {name!r} (topics: {', '.join(sorted(self.names))})")
+        if self.store is None:
+            raise StreamError("these topics were not opened on a store: no static reads")
+        from .datasource import register
+
+        register(self.spark)
+        reader = self.spark.read.format("reventless").option("store", self.store)
+        return reader.option("topic", name).load()
 
     def __getitem__(self, name: str) -> DataFrame:
         if name not in self.names:

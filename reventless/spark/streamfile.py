@@ -63,7 +63,8 @@ def start_files(
         if checkpoint is not None
         else default_workdir() / "streams" / f"files-{table_name('', out.name)}"
     )
-    topics = Topics(spark, list(app.topics), reader or reventless_reader(store_url(app)), {})
+    url = store_url(app)
+    topics = Topics(spark, list(app.topics), reader or reventless_reader(url), {}, url)
     df = pipeline(topics)
     missing = [c for c in partition_by if c not in df.columns]
     if missing:

@@ -167,14 +167,14 @@ def _start(
     read = reader or reventless_reader(url, max_events=max_events_per_trigger)
     if not handlers:  # a pipeline is checked before anything is written
         assert pipeline is not None
-        out: DataFrame = pipeline(Topics(spark, list(app.topics), read, {}))
+        out: DataFrame = pipeline(Topics(spark, list(app.topics), read, {}, url))
         check_columns(model, out)
     sink = open_sink(model, url)
     run, start, rows = _start_state(where, sink, handlers)
     if handlers:
         from .streamstate import handler_rows
 
-        topics = Topics(spark, list(app.topics), read, start)
+        topics = Topics(spark, list(app.topics), read, start, url)
         frames = [topics[p.name] for p in plans]
         out = handler_rows(spark, model, plans, frames, rows)
     committed: dict[int, tuple[int, dict[Part, int]]] = {}
