@@ -96,7 +96,16 @@ class _Scan:
         self.nodes = nodes
         self.master = master
 
-    def tasks(self, ranges: Sequence[tuple[int | None, int, int]]) -> list[InputPartition]:
+    def tasks(self, starts: Offsets, ends: Offsets) -> list[InputPartition]:
+        """The tasks reading ``starts`` up to ``ends`` (per partition), planned by
+        partition and offset range within the pushed bounds."""
+        ranges = plan(
+            starts,
+            ends,
+            partitioned=self.partitioned,
+            per_task=self.per_task,
+            bounds=bounds_of(self.nodes),
+        )
         job = uuid.uuid4().hex  # personal data keys are cached per planned batch, no longer
         return [InputPartition((p, lo, hi, job)) for p, lo, hi in ranges]
 
@@ -206,14 +215,7 @@ class LogBatchReader(DataSourceReader):
         starts = self.opts.starting(self.parts, head, horizon)
         ends = self.opts.ending(self.parts, head, horizon)
         check_retained(self.opts.topic, starts, head, horizon)
-        ranges = plan(
-            starts,
-            ends,
-            partitioned=self.scan.partitioned,
-            per_task=self.scan.per_task,
-            bounds=bounds_of(self.scan.nodes),
-        )
-        return self.scan.tasks(ranges) or [InputPartition((None, 1, 0, ""))]
+        return self.scan.tasks(starts, ends) or [InputPartition((None, 1, 0, ""))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self.scan.read(partition)
@@ -267,14 +269,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         starts = {str(p): int(v) for p, v in start.items()}
         ends = {str(p): int(v) for p, v in end.items()}
-        ranges = plan(
-            starts,
-            ends,
-            partitioned=self.scan.partitioned,
-            per_task=self.scan.per_task,
-            bounds=bounds_of(self.scan.nodes),
-        )
-        return self.scan.tasks(ranges)
+        return self.scan.tasks(starts, ends)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self.scan.read(partition)
