@@ -22,10 +22,12 @@ import random
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from . import telemetry
+from .bulk import BulkExecute
+from .bulk import ExecuteResult as ExecuteResult  # re-exported: defined beside the bulk path
+from .bulk import LogOptions as LogOptions
 from .codec import AGGREGATE_AT, CORRELATION_AT, MSG_ID_AT, TENANT_AT, add_tags
 from .decode import decode_row, opened, sealed
 from .errors import (
@@ -43,6 +45,7 @@ from .store.append import AppendRequest, AppendResult, CommandRecord, StoredRow
 from .tags import check_tag
 from .topic import Topic
 from .topicdef import TopicDef, partition_of, row_context, stored_rows
+from .turns import Turns
 
 A = TypeVar("A", bound=Aggregate)
 _EMPTY_META = Metadata()
@@ -52,42 +55,7 @@ _MANY_WINDOW = 1000
 _NOT_RUN: BaseException = RuntimeError("command not run")
 
 
-@dataclass(frozen=True, slots=True)
-class LogOptions:
-    """Tuning of an EventLog.
-
-    ``snapshot_every``: store a snapshot each N events of an aggregate (0: never).
-    ``max_attempts``/``backoff_*``: retries of ``execute`` on a concurrency clash
-    (exponential backoff with jitter). ``cache_size``: aggregates kept in memory.
-    """
-
-    snapshot_every: int = 100
-    max_attempts: int = 10
-    backoff_base: float = 0.002
-    backoff_max: float = 0.2
-    cache_size: int = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class ExecuteResult:
-    """What a command did: the aggregate's new version and the offsets it wrote.
-
-    ``duplicate`` is True when the command id had landed before: nothing ran, and the
-    other fields are those of the original execution (``events`` as read back from the
-    log, without any that retention has removed since). For a command recorded by a
-    store older than that record, the offsets are ``0, -1``, ``events`` is empty and
-    ``version`` is the aggregate's current version.
-    """
-
-    aggregate_id: str
-    version: int
-    events: tuple[Event, ...]
-    first_offset: int
-    last_offset: int
-    duplicate: bool = False
-
-
-class EventLog(Topic, Generic[A]):
+class EventLog(Topic, BulkExecute, Generic[A]):
     """An aggregate's log: ``execute`` commands, ``load`` state, read the events.
 
     Built by ``App.event_log(Spec)``; usable once the App has started.
@@ -116,7 +84,7 @@ class EventLog(Topic, Generic[A]):
         self._cache: OrderedDict[str, A] = OrderedDict()
         # Commands on one aggregate queue up in-process instead of clashing and retrying;
         # other processes are still caught by optimistic concurrency.
-        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        self._turns = Turns()
         digest = hashlib.sha256(
             f"{spec.__module__}.{spec.__qualname__}:{spec.model_json_schema()}".encode()
         )
@@ -217,6 +185,24 @@ class EventLog(Topic, Generic[A]):
                 agg = await self._load_fresh(aggregate_id)
             if agg.version == after:  # else another writer moved on: its turn to snapshot
                 await self._save_snapshot(agg)
+
+    async def _snapshot_of(
+        self, agg: A, events: Sequence[Event]
+    ) -> tuple[A | None, tuple[int, str, str] | None]:
+        """When appending ``events`` to ``agg`` crosses a multiple of ``snapshot_every``:
+        a copy of ``agg`` with the events applied, and its snapshot ``(version,
+        fingerprint, state)`` for the append to store; else ``(None, None)``."""
+        every = self.options.snapshot_every
+        base = agg.version
+        if not every or (base + len(events)) // every == base // every or not self.snapshots:
+            return None, None
+        after = agg.model_copy(deep=True)
+        for e in events:
+            after.apply(e)
+        state = after.model_dump_json()
+        if self.schema.personal:
+            state = await self.store.keyring.seal_text(after.id, state)
+        return after, (after.version, self._state_fingerprint, state)
 
     async def _save_snapshot(self, agg: A) -> None:
         state = agg.model_dump_json()
@@ -442,19 +428,14 @@ class EventLog(Topic, Generic[A]):
         command_id: str | None,
         preloaded: dict[str, A] | None,
     ) -> ExecuteResult:
-        entry = self._locks.get(aggregate_id)
-        if entry is None:
-            entry = self._locks[aggregate_id] = (asyncio.Lock(), [0])
-        lock, users = entry
-        users[0] += 1
+        turns = self._turns
+        if not turns.try_take(aggregate_id):
+            await turns.wait(aggregate_id)
         try:
-            async with lock:
-                with telemetry.command(self.name, type(command).__name__, aggregate_id):
-                    return await self._execute(aggregate_id, command, meta, command_id, preloaded)
+            with telemetry.command(self.name, type(command).__name__, aggregate_id):
+                return await self._execute(aggregate_id, command, meta, command_id, preloaded)
         finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._locks[aggregate_id]
+            turns.give(aggregate_id)
 
     async def _execute(
         self,
@@ -468,9 +449,10 @@ class EventLog(Topic, Generic[A]):
         tenant = self.check_tenant(meta.tenant)
         opts = self.options
         personal = bool(self.schema.personal)
-        landed = await self._landed(aggregate_id, command_id)
-        if landed is not None:
-            return await self._executed(aggregate_id, landed)
+        if command_id is not None:
+            landed = await self._landed(aggregate_id, command_id)
+            if landed is not None:
+                return await self._executed(aggregate_id, landed)
         for attempt in range(opts.max_attempts):
             agg = await self._load_cached(aggregate_id, preloaded)
             try:
@@ -495,6 +477,8 @@ class EventLog(Topic, Generic[A]):
             rows = self._rows(aggregate_id, base, events, meta, tenant, command_id)
             if personal:
                 rows = await sealed(self.store, self.schema, rows)
+            # A snapshot due after these events is stored in their transaction.
+            after, snapshot = await self._snapshot_of(agg, events)
             try:
                 with telemetry.appending(self.name, len(rows), self.store.dialect):
                     res = await self.store.append(
@@ -504,7 +488,10 @@ class EventLog(Topic, Generic[A]):
                             aggregate_id,
                             base,
                             command_id,
-                            schedules=self._schedules(directives, rows, meta, tenant, command_id),
+                            schedules=self._schedules(directives, rows, meta, tenant, command_id)
+                            if directives
+                            else [],
+                            snapshot=snapshot,
                         )
                     )
             except ConcurrencyError as clash:
@@ -524,17 +511,20 @@ class EventLog(Topic, Generic[A]):
                 landed = await self._must_have_landed(aggregate_id, command_id)
                 return await self._executed(aggregate_id, landed)
             current = self._cache.get(aggregate_id)
-            if current is agg and agg.version == base:
+            cached = current is agg and agg.version == base
+            if after is not None:  # the events are applied on the snapshot's copy
+                agg = after
+                if cached:
+                    self._cache[aggregate_id] = agg
+            elif cached:
                 for e in events:
                     agg.apply(e)
             else:
-                self._cache.pop(aggregate_id, None)
                 agg = agg.model_copy(deep=True)
                 for e in events:
                     agg.apply(e)
-            every = opts.snapshot_every
-            if every and agg.version // every > base // every and self.snapshots:
-                await self._save_snapshot(agg)
+            if not cached:
+                self._cache.pop(aggregate_id, None)
             return ExecuteResult(
                 aggregate_id, agg.version, tuple(events), res.first_offset, res.last_offset
             )
@@ -561,7 +551,11 @@ class EventLog(Topic, Generic[A]):
         for at in range(0, len(items), _MANY_WINDOW):
             window = range(at, min(len(items), at + _MANY_WINDOW))
             preloaded = await self._preload(items[i][0] for i in window)
-            todo = iter(window)
+            # decided in one go and appended together; the rest (see bulk.py) one by one
+            careful = await self._bulk(items, window, meta or _EMPTY_META, outcomes, preloaded)
+            if not careful:
+                continue
+            todo = iter(careful)
 
             async def worker(todo: Iterator[int] = todo, pre: dict[str, A] = preloaded) -> None:
                 # Workers take commands in input order and each takes its aggregate's lock
@@ -574,7 +568,7 @@ class EventLog(Topic, Generic[A]):
                     except Exception as exc:  # Rejected is an answer, the rest raised below
                         outcomes[i] = exc
 
-            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(window)))))
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(careful)))))
         for o in outcomes:
             if isinstance(o, BaseException) and not isinstance(o, Rejected):
                 raise o

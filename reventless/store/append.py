@@ -22,7 +22,7 @@ bookkeeping (and its compiled SAVEPOINT clauses) cost more than the SQL here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -62,6 +62,9 @@ class AppendRequest:
     #: Schedules to store (or cancel) with the rows, in the same transaction or savepoint:
     #: a request that fails or is a duplicate writes none.
     schedules: list[ScheduleWrite] = field(default_factory=list)
+    #: The aggregate's snapshot after these rows ``(version, fingerprint, state)``, stored
+    #: in the same transaction or savepoint (replacing an older one): no commit of its own.
+    snapshot: tuple[int, str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -85,6 +88,9 @@ class TableInfo:
     pg_types: tuple[str, ...]
     insert_sql: str
     tags: TagIndex | None = None
+    #: SQLite: ``_offset`` is the rowid (``INTEGER PRIMARY KEY``), so a lone row inserted
+    #: with a NULL offset gets the largest one plus one from SQLite itself.
+    rowid_offset: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +140,22 @@ def command_row(req: AppendRequest, landed: AppendResult) -> tuple[Any, ...]:
 def command_rows(reqs: list[AppendRequest], landed: list[AppendResult]) -> list[tuple[Any, ...]]:
     """The ``rv_commands`` rows of the requests (landed at ``landed``) with a command id."""
     return [command_row(r, res) for r, res in zip(reqs, landed, strict=True) if r.command_id]
+
+
+def snapshot_sql(db: Database) -> str:
+    """Stores a snapshot ``(topic, aggregate_id, version, fingerprint, state)`` unless a
+    newer one is stored already."""
+    return (
+        "INSERT INTO rv_snapshots (topic, aggregate_id, version, fingerprint, state) "
+        f"VALUES ({db.placeholders(5)}) ON CONFLICT (topic, aggregate_id) DO UPDATE "
+        "SET version = excluded.version, fingerprint = excluded.fingerprint, "
+        "state = excluded.state WHERE rv_snapshots.version < excluded.version"
+    )
+
+
+def snapshot_rows(reqs: Iterable[AppendRequest]) -> list[tuple[Any, ...]]:
+    """The ``rv_snapshots`` rows the requests carry."""
+    return [(r.topic, r.aggregate_id, *r.snapshot) for r in reqs if r.snapshot is not None]
 
 
 def lock_order(reqs: list[AppendRequest]) -> list[int]:
@@ -243,6 +265,11 @@ class Appender:
             cur.executemany(sql, rows[full:])
 
     def _one(self, cur: Any, req: AppendRequest) -> AppendResult:
+        info = self.table_of(req.topic)
+        if info.rowid_offset and req.command_id is None and len(req.rows) == 1:
+            result = self._rowid_one(cur, req, info)
+            self._extras(cur, [req])
+            return result
         [result], rows = place(req.topic, [req], self._first_offset(cur, req.topic))
         if req.command_id is not None:
             # Before the rows: a duplicate is then found with nothing of its own written.
@@ -258,10 +285,31 @@ class Appender:
             self._insert(cur, req.topic, rows)
         except self.db.integrity_errors:
             raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
-        if req.schedules:
-            for sql, params in write_statements(self.db, req.schedules):
-                cur.executemany(sql, params)
+        self._extras(cur, [req])
         return result
+
+    def _extras(self, cur: Any, reqs: list[AppendRequest]) -> None:
+        """What the requests store beside their rows: schedules and snapshots."""
+        for sql, params in write_statements(self.db, (w for r in reqs for w in r.schedules)):
+            cur.executemany(sql, params)
+        snapshots = snapshot_rows(reqs)
+        if snapshots:
+            cur.executemany(snapshot_sql(self.db), snapshots)
+
+    def _rowid_one(self, cur: Any, req: AppendRequest, info: TableInfo) -> AppendResult:
+        """A lone row (the per-command hot path): SQLite assigns its offset (the rowid,
+        the largest plus one, as ``_first_offset`` would) so no query looks it up."""
+        try:
+            cur.execute(info.insert_sql, (None, *req.rows[0]))
+            off: int = cur.lastrowid
+            rows = [(off, *req.rows[0])]
+            if info.tags is not None:
+                index = info.tags.rows(rows)
+                if index:
+                    cur.executemany(info.tags.insert_sql, index)
+        except self.db.integrity_errors:
+            raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
+        return AppendResult(req.topic, off, off, rows)
 
     def _all(self, cur: Any, reqs: list[AppendRequest]) -> list[AppendResult]:
         """Everything at once: one offset lookup and one executemany per topic."""
@@ -273,6 +321,5 @@ class Appender:
         commands = command_rows(reqs, results)
         if commands:
             cur.executemany(command_sql(self.db), commands)
-        for sql, params in write_statements(self.db, (w for r in reqs for w in r.schedules)):
-            cur.executemany(sql, params)
+        self._extras(cur, reqs)
         return results

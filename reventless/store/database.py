@@ -143,12 +143,13 @@ class Deadline:
     thread stuck, and PostgreSQL's cancel request would travel the same dead path.
     """
 
-    __slots__ = ("_lock", "_sock", "expired", "seconds")
+    __slots__ = ("_lock", "_owned", "_sock", "expired", "seconds")
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.expired = False
         self._sock: socket.socket | None = None
+        self._owned = False
         self._lock = threading.Lock()
 
     def arm(self, fileno: int) -> None:
@@ -159,12 +160,21 @@ class Deadline:
             if self.expired:
                 raise self.error()
             self._sock = socket.socket(fileno=os.dup(fileno))
+            self._owned = True
+
+    def arm_socket(self, sock: socket.socket) -> None:
+        """``arm`` with a duplicate the caller keeps for the connection's life (and
+        closes): on the event loop's connection, no ``dup`` per transaction."""
+        with self._lock:
+            if self.expired:
+                raise self.error()
+            self._sock, self._owned = sock, False
 
     def disarm(self) -> None:
         """The transaction is over: leave its connection alone."""
         with self._lock:
             sock, self._sock = self._sock, None
-        if sock is not None:
+        if sock is not None and self._owned:
             sock.close()  # the duplicate only: the driver's connection stays open
 
     def expire(self) -> None:
@@ -224,8 +234,12 @@ class Database:
         self._readers: ThreadPoolExecutor | None = None
         self._write_lock: threading.Lock | None = None
         self._wconn: Connection | None = None
+        #: The writer connection's DBAPI cursor (SQLite's hot path), with that connection.
+        self._wcur: tuple[Connection, Any] | None = None
         self._local = threading.local()  # each reader thread keeps its connection
         self._listener: tuple[threading.Thread, threading.Event] | None = None
+        #: PostgreSQL channels listened to, and their callbacks (``listen``).
+        self._channels: dict[str, list[Callable[[str], None]]] = {}
         self._watchers: list[Callable[[str], None]] = []
         self._reader_conns: list[Connection] = []
         self._begin_sql = "BEGIN" if self.is_memory else "BEGIN IMMEDIATE"
@@ -294,12 +308,31 @@ class Database:
 
     def listen(self, channel: str, callback: Callable[[str], None]) -> None:
         """PostgreSQL only: call ``callback(payload)`` on the event loop for every NOTIFY
-        on ``channel``. A dedicated thread holds its own connection and reconnects."""
-        if self.is_sqlite or self._listener is not None:
+        on ``channel``. One thread per database holds its own connection for all the
+        channels asked for (it LISTENs to a new one within 0.1 s) and reconnects."""
+        if self.is_sqlite:
+            return
+        callbacks = self._channels.setdefault(channel, [])
+        if callback not in callbacks:
+            callbacks.append(callback)
+        if self._listener is not None:
             return
         loop = asyncio.get_running_loop()
         args, kwargs = self.writer_engine.dialect.create_connect_args(self.url)
         stop = threading.Event()
+        heard: list[tuple[str, str]] = []  # notes not handed to the loop yet
+        heard_lock = threading.Lock()
+
+        def deliver() -> None:
+            with heard_lock:
+                notes = heard[:]
+                heard.clear()
+            for ch, payload in notes:
+                for cb in self._channels.get(ch, ()):
+                    try:
+                        cb(payload)
+                    except Exception:  # one callback must not starve the others
+                        log.exception("NOTIFY %s handler failed", ch)
 
         def run() -> None:
             import psycopg  # only PostgreSQL stores get here
@@ -307,12 +340,19 @@ class Database:
             while not stop.is_set():
                 try:
                     with psycopg.connect(*args, **kwargs, autocommit=True) as conn:
-                        conn.execute(f"LISTEN {channel}")
+                        joined: set[str] = set()
                         while not stop.is_set():
+                            for ch in set(self._channels) - joined:
+                                conn.execute(f"LISTEN {ch}")
+                                joined.add(ch)
                             for note in conn.notifies(timeout=0.1):
-                                loop.call_soon_threadsafe(callback, note.payload)
+                                with heard_lock:
+                                    heard.append((note.channel, note.payload))
+                                    first = len(heard) == 1
+                                if first:  # one wake-up of the loop for a burst of notes
+                                    loop.call_soon_threadsafe(deliver)
                 except Exception as exc:  # server restart, network: retry in a moment
-                    log.warning("LISTEN %s: %s; reconnecting", channel, exc)
+                    log.warning("LISTEN %s: %s; reconnecting", ", ".join(self._channels), exc)
                     stop.wait(1.0)
 
         thread = threading.Thread(target=run, name="rv-listener", daemon=True)
@@ -368,6 +408,7 @@ class Database:
             thread.join(timeout=5)
             self._listener = None
         self._watchers.clear()
+        self._channels.clear()
 
     def open_dialect(self, dialect: sa.Dialect) -> None:
         """Adopt the SQL text conventions (quoting, parameter marks) of ``dialect``."""
@@ -389,6 +430,7 @@ class Database:
         await loop.run_in_executor(self._writer, self.open_sync)
 
     def _dispose(self) -> None:
+        self._wcur = None
         if self._wconn is not None:
             self._wconn.close()
             self._wconn = None
@@ -512,7 +554,10 @@ class Database:
             conn = self._writer_conn()
             if deadline is not None:
                 deadline.arm(_fileno(conn))
-            cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            held = self._wcur
+            if held is None or held[0] is not conn or conn.invalidated:
+                held = self._wcur = (conn, conn.connection.dbapi_connection.cursor())  # type: ignore[union-attr]
+            cur = held[1]
             cur.execute(self._begin_sql)
             try:
                 out = fn(cur)

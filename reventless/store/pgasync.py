@@ -16,6 +16,8 @@ explicit transaction (same savepoint scheme as ``append.Appender``).
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +38,8 @@ from .append import (
     command_sql,
     lock_order,
     place,
+    snapshot_rows,
+    snapshot_sql,
 )
 from .database import Database, write_error
 from .dcb import guarded, pg_guard
@@ -60,21 +64,33 @@ class AsyncAppender:
         self.url = url
         self._engine: AsyncEngine | None = None
         self._conn: AsyncConnection | None = None
+        # the psycopg connection under _conn, and a duplicate of its socket (a deadline
+        # shuts it down), kept while _conn is: no greenlet hop or dup() per group
+        self._driver: tuple[Any, socket.socket] | None = None
         self._cte: dict[tuple[str, int], str] = {}
 
-    async def _connection(self) -> Any:
+    async def _connection(self) -> tuple[Any, socket.socket]:
         if self._conn is None or self._conn.closed or self._conn.invalidated:
+            self._forget_driver()
             if self._engine is None:
                 self._engine = create_async_engine(self.url)
             self._conn = await self._engine.connect()
             raw = await self._conn.get_raw_connection()
-            assert raw.driver_connection is not None
-            await raw.driver_connection.set_autocommit(True)
-        raw = await self._conn.get_raw_connection()
-        return raw.driver_connection
+            driver = raw.driver_connection
+            assert driver is not None
+            await driver.set_autocommit(True)
+            self._driver = (driver, socket.socket(fileno=os.dup(driver.fileno())))
+        assert self._driver is not None
+        return self._driver
+
+    def _forget_driver(self) -> None:
+        if self._driver is not None:
+            self._driver[1].close()  # the duplicate: the connection is the pool's to close
+            self._driver = None
 
     async def close(self) -> None:
         """Close the connection and dispose the async engine."""
+        self._forget_driver()
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
@@ -91,13 +107,13 @@ class AsyncAppender:
             timer = asyncio.get_running_loop().call_later(deadline.seconds, deadline.expire)
         try:
             try:
-                aconn = await self._connection()  # bounded by connect_timeout
+                aconn, sock = await self._connection()  # bounded by connect_timeout
             except sa.exc.OperationalError as exc:
                 raise StoreError(f"store write failed: {exc.orig}") from exc
             except self.db.operational_errors as exc:
                 raise StoreError(f"store write failed: {exc}") from exc
             if deadline is not None:
-                deadline.arm(aconn.fileno())  # StoreError if connecting used the time up
+                deadline.arm_socket(sock)  # StoreError if connecting used the time up
             return await self._group(aconn, reqs)
         except self.db.operational_errors as exc:
             if self._conn is not None:
@@ -121,7 +137,12 @@ class AsyncAppender:
                     return [await self._one(cur, req)]
             except DuplicateCommand:
                 return [AppendResult(req.topic, 0, -1, duplicate=True)]
-        lone = req.command_id is None and not req.schedules and len(req.rows) <= _CTE_ROWS
+        lone = (
+            req.command_id is None
+            and not req.schedules
+            and req.snapshot is None
+            and len(req.rows) <= _CTE_ROWS
+        )
         if len(reqs) == 1 and lone:
             return [await self._lone(cur, req)]  # one atomic statement
         if len(reqs) == 1:
@@ -238,9 +259,18 @@ class AsyncAppender:
                 await cur.execute(command_sql(self.db), command_row(req, result))
             except self.db.integrity_errors:
                 raise DuplicateCommand(req.command_id) from None
-        for sql, params in write_statements(self.db, req.schedules, notify=True):
-            await cur.executemany(sql, params)
+        await self._extras(cur, [req])
         return result
+
+    async def _extras(self, cur: Any, reqs: list[AppendRequest]) -> None:
+        """What the requests store beside their rows: schedules and snapshots."""
+        for sql, params in write_statements(
+            self.db, (w for r in reqs for w in r.schedules), notify=True
+        ):
+            await cur.executemany(sql, params)
+        snapshots = snapshot_rows(reqs)
+        if snapshots:
+            await cur.executemany(snapshot_sql(self.db), snapshots)
 
     async def _all(self, cur: Any, reqs: list[AppendRequest]) -> list[AppendResult]:
         results: list[AppendResult] = []
@@ -251,8 +281,5 @@ class AsyncAppender:
         commands = command_rows(reqs, results)
         if commands:
             await cur.executemany(command_sql(self.db), commands)
-        for sql, params in write_statements(
-            self.db, (w for r in reqs for w in r.schedules), notify=True
-        ):
-            await cur.executemany(sql, params)
+        await self._extras(cur, reqs)
         return results

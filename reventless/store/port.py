@@ -83,6 +83,14 @@ class EventStore(Protocol):
         ``AppendConditionError`` when the request's condition fails."""
         ...
 
+    async def append_many(
+        self, requests: Sequence[AppendRequest]
+    ) -> list[AppendResult | Exception]:
+        """Append the requests together: in one transaction, or a few where they exceed
+        the store's group limits; each request lands or fails on its own (its outcome in
+        its slot: ``ConcurrencyError``, ``AppendConditionError``, ...)."""
+        ...
+
     async def find_command(self, command_id: str) -> CommandRecord | None:
         """Where the append that carried ``command_id`` landed (committed); None if none."""
         ...

@@ -39,6 +39,7 @@ from .database import Database
 from .signal import ChangeSignal
 
 __all__ = [
+    "SCHEDULES_CHANNEL",
     "SCHEDULES_PAYLOAD",
     "ScheduleFailure",
     "ScheduleStore",
@@ -50,10 +51,10 @@ __all__ = [
 ]
 
 Status = Literal["pending", "dead"]
-#: ``append.NOTIFY_CHANNEL`` (not imported: the appenders import this module). A payload
-#: without a head offset wakes waiting schedulers and collectors without moving a head.
-NOTIFY_CHANNEL = "rv_events"
-#: The payload of a commit that wrote schedules (wakes other processes' schedulers).
+#: The PostgreSQL channel a commit that wrote schedules notifies (wakes other processes'
+#: schedulers). Apart from the events' ``rv_events``: a scheduler hears no event commits.
+SCHEDULES_CHANNEL = "rv_schedules"
+#: The payload of such a NOTIFY (older versions sent it on ``rv_events``).
 SCHEDULES_PAYLOAD = ":schedules"
 
 #: Scheduled commands (see the module docstring). Times are microseconds since the epoch
@@ -189,7 +190,7 @@ def write_statements(
         out.append((f"DELETE FROM rv_schedules WHERE id = {db.mark}", cancels))
     if notify and not db.is_sqlite:
         out.append(
-            (f"SELECT pg_notify({db.mark}, {db.mark})", [(NOTIFY_CHANNEL, SCHEDULES_PAYLOAD)])
+            (f"SELECT pg_notify({db.mark}, {db.mark})", [(SCHEDULES_CHANNEL, SCHEDULES_PAYLOAD)])
         )
     return out
 
@@ -414,7 +415,9 @@ class SqlScheduleStore:
         def work(conn: Connection) -> int:
             n = int(conn.exec_driver_sql(sql, params).rowcount)
             if n and not self.db.is_sqlite:
-                conn.exec_driver_sql(f"SELECT pg_notify({m}, {m})", (NOTIFY_CHANNEL, ":schedules"))
+                conn.exec_driver_sql(
+                    f"SELECT pg_notify({m}, {m})", (SCHEDULES_CHANNEL, SCHEDULES_PAYLOAD)
+                )
             return n
 
         n = await self.db.write(work)

@@ -26,13 +26,16 @@ class ChangeSignal:
     def __init__(self) -> None:
         #: Changes signalled so far.
         self.count = 0
-        self._event = asyncio.Event()
+        # made by the first waiter after a change (a change with no one waiting is free)
+        self._event: asyncio.Event | None = None
 
     def fire(self) -> None:
         """Note a change and wake every waiter."""
         self.count += 1
-        self._event.set()
-        self._event = asyncio.Event()
+        event = self._event
+        if event is not None:
+            event.set()
+            self._event = None
 
     async def wait(self, timeout: float, seen: int) -> bool:
         """True once ``count`` has moved past ``seen`` (at once if it has); False after
@@ -40,8 +43,11 @@ class ChangeSignal:
         if self.count != seen:
             return True
         try:
+            event = self._event
+            if event is None:
+                event = self._event = asyncio.Event()
             async with asyncio.timeout(timeout):  # not wait_for: 3.11's can eat a cancel
-                await self._event.wait()
+                await event.wait()
         except TimeoutError:
             return False
         return True

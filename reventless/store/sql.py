@@ -35,6 +35,7 @@ from .append import (
     CommandRecord,
     StoredRow,
     TableInfo,
+    snapshot_sql,
 )
 from .collector import SqlCollectorStore
 from .commands import CommandLookup
@@ -46,7 +47,7 @@ from .leases import SqlLeaseStore
 from .readmodel import RowModel, SqlReadModelTable
 from .relay import SqlRelayPositions
 from .retention import SqlRetentionStore
-from .schedules import SCHEDULES_PAYLOAD, SqlScheduleStore
+from .schedules import SCHEDULES_CHANNEL, SCHEDULES_PAYLOAD, SqlScheduleStore
 from .signal import ChangeSignal
 from .tagindex import TagIndex, create_tag_index, drop_tag_index
 
@@ -58,6 +59,8 @@ log = logging.getLogger("reventless.store")
 
 
 _MAX_GROUP = 2000
+#: Inline appends in a row (no turn of the event loop between) before one yields.
+_INLINE_RUN = 16
 #: A group commit stops taking requests once it holds this many rows, so a burst of
 #: large appends commits (and reaches the relay and the broker) in steps, not at once.
 _MAX_GROUP_ROWS = 10_000
@@ -91,6 +94,8 @@ class SqlEventStore:
         self._topics: dict[str, _TopicTable] = {}
         self._pending: list[tuple[AppendRequest, asyncio.Future[AppendResult]]] = []
         self._drainer: asyncio.Task[None] | None = None
+        #: Appends committed inline since the loop last took a turn (see ``append``).
+        self._inline_run = 0
         self.commit_listeners: list[Callable[[list[AppendResult]], None]] = []
         #: Heads as far as this process has seen (its own commits, plus ``heads()`` reads).
         self.known_heads: dict[str, int] = {}
@@ -103,7 +108,7 @@ class SqlEventStore:
         self._commands = CommandLookup(db)
         #: Collector state: checkpoints, dead letters, batch commits (``collector.py``).
         #: Scheduled commands (``schedules.py``); their writes wake ``schedules.wait_for_change``.
-        self.schedules = SqlScheduleStore(db, listen=self._listen)
+        self.schedules = SqlScheduleStore(db, listen=self._listen_schedules)
         self.collectors = SqlCollectorStore(db, on_schedules=self.schedules.signal)
         #: Leases of leased collector groups (``leases.py``).
         self.leases = SqlLeaseStore(db)
@@ -168,6 +173,12 @@ class SqlEventStore:
     def _listen(self) -> None:
         self.db.listen(NOTIFY_CHANNEL, self._on_notify)
 
+    def _listen_schedules(self) -> None:
+        self.db.listen(SCHEDULES_CHANNEL, self._on_schedules)
+
+    def _on_schedules(self, _payload: str) -> None:
+        self.schedules.signal()
+
     @property
     def changes(self) -> int:
         """Commits signalled so far (this process's, and NOTIFYs heard)."""
@@ -198,7 +209,7 @@ class SqlEventStore:
 
     # -- topics ----------------------------------------------------------------------------
 
-    def _remember(self, topic: TopicDef, table: str) -> None:
+    def _remember(self, topic: TopicDef, table: str, rowid_offset: bool = False) -> None:
         q = self.db.q
         names = [*META_NAMES, *(c.name for c in topic.schema.columns)]
         col_list = ", ".join(q(n) for n in names)
@@ -211,6 +222,7 @@ class SqlEventStore:
                 f"INSERT INTO {q(table)} ({col_list}) VALUES ({self.db.placeholders(len(names))})"
             ),
             tags=TagIndex.of(self.db, topic, table),
+            rowid_offset=rowid_offset,
         )
         self._topics[topic.name] = _TopicTable(
             topic=topic, info=info, select_sql=f"SELECT {col_list} FROM {q(table)}"
@@ -227,7 +239,11 @@ class SqlEventStore:
         schema = topic.schema
         encoded = base64.b64encode(schema.arrow_schema.serialize().to_pybytes()).decode()
 
-        def work(conn: Connection) -> bool:
+        def work(conn: Connection) -> tuple[bool, bool]:
+            created = created_or_checked(conn)
+            return created, self.db.is_sqlite and _offset_is_rowid(conn, table.name)
+
+        def created_or_checked(conn: Connection) -> bool:
             self.db.serialize_ddl(conn)
             row = conn.execute(
                 sa.select(tables.topics).where(tables.topics.c.name == topic.name)
@@ -271,10 +287,10 @@ class SqlEventStore:
             return False
 
         try:
-            created = await self.db.write(work)
+            created, rowid = await self.db.write(work)
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"cannot create topic {topic.name!r}: {exc}") from exc
-        self._remember(topic, table.name)
+        self._remember(topic, table.name, rowid)
         return created
 
     async def unregister(self, topic_name: str) -> None:
@@ -314,12 +330,63 @@ class SqlEventStore:
         entry = self._entry(request.topic)
         if guarded(request, entry.info):
             return self._committed(await self._dcb.append(request))
+        if self._inline_run >= _INLINE_RUN:
+            await asyncio.sleep(0)  # see below: let other tasks run
+        if (
+            self._drainer is None
+            and not self._pending
+            and _alone(asyncio.get_running_loop(), int(self._inline_run > 0))
+            and self.db.try_inline_write()
+        ):
+            # A lone append on a SQLite file (nothing else is queued or ready to run that
+            # could share its commit) with the write lock free: commit it here, on the
+            # loop's thread, with no task or future (the sequential hot path). Such an
+            # await does not yield: after _INLINE_RUN of them in a row with no turn of the
+            # loop between, the next one yields first so other tasks run.
+            if not self._inline_run:
+                asyncio.get_running_loop().call_soon(self._loop_turned)
+            self._inline_run += 1
+            [out] = self.db.write_raw_sync(
+                partial(self._appender.group, reqs=[request]), locked=True
+            )
+            self._settle([request], [out])
+            if isinstance(out, Exception):
+                raise out
+            return out
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[AppendResult] = loop.create_future()
         self._pending.append((request, fut))
         if self._drainer is None:
             self._drainer = loop.create_task(self._drain())
         return await fut
+
+    def _loop_turned(self) -> None:
+        self._inline_run = 0
+
+    async def append_many(
+        self, requests: Sequence[AppendRequest]
+    ) -> list[AppendResult | Exception]:
+        """Queue all the requests at once, so they share group commits (one transaction up
+        to ``_MAX_GROUP`` requests or ``_MAX_GROUP_ROWS`` rows); each one's outcome in its
+        slot. Conditional and DCB requests are their own transactions, as in ``append``."""
+        loop = asyncio.get_running_loop()
+        futs: list[asyncio.Future[AppendResult]] = []
+        for req in requests:
+            if guarded(req, self._entry(req.topic).info):
+                futs.append(loop.create_task(self.append(req)))
+                continue
+            fut: asyncio.Future[AppendResult] = loop.create_future()
+            self._pending.append((req, fut))
+            futs.append(fut)
+        if self._pending and self._drainer is None:
+            self._drainer = loop.create_task(self._drain())
+        outcomes: list[AppendResult | Exception] = []
+        for fut in futs:
+            try:
+                outcomes.append(await fut)
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
 
     async def _drain(self) -> None:
         try:
@@ -348,31 +415,38 @@ class SqlEventStore:
                     if not isinstance(exc, Exception):
                         raise
                     continue
-                done: list[AppendResult] = []
-                scheduled = False
-                for (req, fut), out in zip(batch, outcomes, strict=True):
-                    if isinstance(out, AppendResult) and not out.duplicate:
-                        done.append(out)
-                        scheduled = scheduled or bool(req.schedules)
-                        if out.last_offset > self.known_heads.get(out.topic, 0):
-                            self.known_heads[out.topic] = out.last_offset
+                for (_, fut), out in zip(batch, outcomes, strict=True):
                     if fut.done():  # its caller was cancelled: the append landed all the same
                         continue
                     if isinstance(out, AppendResult):
                         fut.set_result(out)
                     else:
                         fut.set_exception(out)
-                if done:
-                    self._signal()
-                if scheduled:
-                    self.schedules.signal()
-                for listener in self.commit_listeners:
-                    try:
-                        listener(done)
-                    except Exception:  # a listener must never fail a commit
-                        log.exception("commit listener failed")
+                self._settle(reqs, outcomes)
         finally:
             self._drainer = None
+
+    def _settle(
+        self, reqs: list[AppendRequest], outcomes: Sequence[AppendResult | Exception]
+    ) -> None:
+        """After a group commit: heads, change signals, the commit listeners (the relay)."""
+        done: list[AppendResult] = []
+        scheduled = False
+        for req, out in zip(reqs, outcomes, strict=True):
+            if isinstance(out, AppendResult) and not out.duplicate:
+                done.append(out)
+                scheduled = scheduled or bool(req.schedules)
+                if out.last_offset > self.known_heads.get(out.topic, 0):
+                    self.known_heads[out.topic] = out.last_offset
+        if done:
+            self._signal()
+        if scheduled:
+            self.schedules.signal()
+        for listener in self.commit_listeners:
+            try:
+                listener(done)
+            except Exception:  # a listener must never fail a commit
+                log.exception("commit listener failed")
 
     def _committed(self, out: AppendResult) -> AppendResult:
         """What ``_drain`` does after a commit, for an append of the DCB path."""
@@ -567,12 +641,7 @@ class SqlEventStore:
         self, topic: str, aggregate_id: str, version: int, fingerprint: str, state: str
     ) -> None:
         """Store the aggregate's state at ``version`` (replacing an older snapshot)."""
-        sql = (
-            "INSERT INTO rv_snapshots (topic, aggregate_id, version, fingerprint, state) "
-            f"VALUES ({self.db.placeholders(5)}) ON CONFLICT (topic, aggregate_id) DO UPDATE "
-            "SET version = excluded.version, fingerprint = excluded.fingerprint, "
-            f"state = excluded.state WHERE rv_snapshots.version < excluded.version"
-        )
+        sql = snapshot_sql(self.db)
         await self.db.write(
             lambda conn: conn.exec_driver_sql(
                 sql, (topic, aggregate_id, version, fingerprint, state)
@@ -649,6 +718,28 @@ def heads_sync(db: Database, conn: Connection) -> dict[str, int]:
         str(n): int(h or 0)
         for n, h in conn.exec_driver_sql(sql, tuple(str(n) for n, _, _ in topics)).all()
     }
+
+
+def _alone(loop: asyncio.AbstractEventLoop, own: int) -> bool:
+    """Whether no other callback than the store's ``own`` is ready to run on ``loop``
+    (asyncio's own loop keeps them in ``_ready``; another loop: assume company, so
+    appends keep grouping)."""
+    ready = getattr(loop, "_ready", None)
+    return ready is not None and len(ready) <= own
+
+
+def _offset_is_rowid(conn: Connection, table: str) -> bool:
+    """Whether a SQLite topic table's ``_offset`` is its rowid (declared exactly
+    ``INTEGER PRIMARY KEY``, as ``topic_table`` makes it): then SQLite itself gives an
+    inserted NULL the largest offset plus one."""
+    cols = conn.exec_driver_sql(f"PRAGMA table_info({quote_text(table)})").all()
+    keys = [(c[1], str(c[2]).upper()) for c in cols if c[5]]
+    return keys == [("_offset", "INTEGER")]
+
+
+def quote_text(name: str) -> str:
+    """``name`` as a SQL string literal."""
+    return "'" + name.replace("'", "''") + "'"
 
 
 def raw_cursor(conn: Connection) -> Any:

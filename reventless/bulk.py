@@ -1,0 +1,223 @@
+"""``execute_many``'s bulk path: decide a window of commands in one go, append together.
+
+The careful path runs each command as ``execute`` would (its turn on the aggregate, a
+decision, an append that waits for its group commit): some 30 us of Python per command.
+Most of that is the per-command machinery, not the work. In bulk, a window's commands
+are decided one after another on the event loop, each aggregate's state moving on in
+memory from one of its commands to the next, and all their appends are queued at once
+(``store.append_many``): one transaction per group limit, no task or future per command.
+
+Guarantees are those of ``execute``: each command's append carries the version it was
+decided on, so a state that went stale (another process wrote) fails its append alone.
+That command and the later ones on its aggregate then run the careful way (reload,
+decide again, retry). Commands the bulk path does not take (a ``command_id``, which needs
+its record looked up first; tracing on, which wants a span per command; an aggregate
+whose turn is held by another caller) run the careful way too, and so do the later
+commands on their aggregates, so each aggregate's commands keep their order.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import telemetry
+from .spec import Aggregate, Command, Event, Metadata
+from .store.append import AppendRequest, AppendResult
+
+if TYPE_CHECKING:
+    from .codec.schema import TopicSchema
+    from .store.port import Store
+    from .turns import Turns
+
+Item = tuple[str, Command] | tuple[str, Command, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class LogOptions:
+    """Tuning of an EventLog.
+
+    ``snapshot_every``: store a snapshot each N events of an aggregate (0: never).
+    ``max_attempts``/``backoff_*``: retries of ``execute`` on a concurrency clash
+    (exponential backoff with jitter). ``cache_size``: aggregates kept in memory.
+    """
+
+    snapshot_every: int = 100
+    max_attempts: int = 10
+    backoff_base: float = 0.002
+    backoff_max: float = 0.2
+    cache_size: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteResult:
+    """What a command did: the aggregate's new version and the offsets it wrote.
+
+    ``duplicate`` is True when the command id had landed before: nothing ran, and the
+    other fields are those of the original execution (``events`` as read back from the
+    log, without any that retention has removed since). For a command recorded by a
+    store older than that record, the offsets are ``0, -1``, ``events`` is empty and
+    ``version`` is the aggregate's current version.
+    """
+
+    aggregate_id: str
+    version: int
+    events: tuple[Event, ...]
+    first_offset: int
+    last_offset: int
+    duplicate: bool = False
+
+
+class BulkExecute:
+    """EventLog's bulk path (a mixin): ``_bulk`` runs a window of ``execute_many``."""
+
+    if TYPE_CHECKING:
+        name: str
+        options: LogOptions
+        _turns: Turns
+        _cache: OrderedDict[str, Any]
+        _state_fingerprint: str
+
+        @property
+        def store(self) -> Store: ...
+        @property
+        def schema(self) -> TopicSchema: ...
+        @property
+        def snapshots(self) -> bool: ...
+        def check_tenant(self, tenant: str | None) -> str | None: ...
+        async def _load_fresh(self, aggregate_id: str) -> Any: ...
+        def _remember(self, agg: Any) -> None: ...
+        def _rows(
+            self,
+            aggregate_id: str,
+            version: int,
+            events: Sequence[Event],
+            meta: Metadata,
+            tenant: str | None,
+            command_id: str | None,
+        ) -> list[tuple[Any, ...]]: ...
+
+    async def _bulk(
+        self,
+        items: Sequence[Item],
+        window: range,
+        meta: Metadata,
+        outcomes: list[Any],
+        preloaded: dict[str, Any],
+    ) -> list[int]:
+        """Run the window's commands in bulk, their outcomes into ``outcomes``; the
+        indexes left for the careful path, in input order. ``preloaded`` states are
+        taken (popped) as their aggregates come up."""
+        if telemetry.tracing() or self.schema.personal:
+            return list(window)
+        turns = self._turns
+        taken: set[str] = set()
+        careful: list[int] = []
+        deferred: set[str] = set()  # aggregates whose later commands go the careful way
+        states: dict[str, Aggregate] = {}
+        # aggregate -> its commands: (index, version decided on, events)
+        planned: dict[str, list[tuple[int, int, list[Event]]]] = {}
+        decided: dict[str, list[int]] = {}  # aggregate -> the commands decided here
+        tenant = self.check_tenant(meta.tenant)
+        try:
+            for i in window:
+                item = items[i]
+                aggregate_id, command = item[0], item[1]
+                if aggregate_id in deferred:
+                    careful.append(i)
+                    continue
+                if aggregate_id not in taken:
+                    if (len(item) == 3 and item[2] is not None) or not turns.try_take(aggregate_id):
+                        deferred.add(aggregate_id)
+                        careful.append(i)
+                        continue
+                    taken.add(aggregate_id)
+                if len(item) == 3 and item[2] is not None:  # after a bulk one on its aggregate
+                    deferred.add(aggregate_id)
+                    careful.append(i)
+                    continue
+                agg = states.get(aggregate_id)
+                if agg is None:
+                    agg = self._cache.get(aggregate_id) or preloaded.pop(aggregate_id, None)
+                    if agg is None:
+                        agg = await self._load_fresh(aggregate_id)
+                    states[aggregate_id] = agg
+                try:
+                    events, directives = agg.decide_all(command)
+                except Exception as exc:  # Rejected is an answer, the rest raised by the caller
+                    outcomes[i] = exc
+                    decided.setdefault(aggregate_id, []).append(i)
+                    continue
+                if directives:  # schedules (with events or alone): the careful path
+                    deferred.add(aggregate_id)
+                    careful.append(i)
+                    continue
+                decided.setdefault(aggregate_id, []).append(i)
+                if not events:
+                    outcomes[i] = ExecuteResult(aggregate_id, agg.version, (), 0, -1)
+                    continue
+                base = agg.version
+                for e in events:
+                    agg.apply(e)
+                planned.setdefault(aggregate_id, []).append((i, base, events))
+            # One request per aggregate, its commands' rows in order: the aggregate's
+            # commands land together or not at all (a later one was decided on the state
+            # the earlier ones left).
+            requests = [
+                self._bulk_request(a, states[a], runs, meta, tenant) for a, runs in planned.items()
+            ]
+            landed: list[AppendResult | Exception] = []
+            if requests:
+                total = sum(len(r.rows) for r in requests)
+                with telemetry.appending(self.name, total, self.store.dialect):
+                    landed = await self.store.append_many(requests)
+            failed: set[str] = set()
+            for (aggregate_id, runs), out in zip(planned.items(), landed, strict=True):
+                if not isinstance(out, AppendResult) or out.duplicate:
+                    # a clash (stale state) or a store error: every command decided on the
+                    # aggregate's state here runs again the careful way
+                    failed.add(aggregate_id)
+                    careful.extend(decided[aggregate_id])
+                    continue
+                first = out.first_offset
+                for i, base, events in runs:
+                    last = first + len(events) - 1
+                    outcomes[i] = ExecuteResult(
+                        aggregate_id, base + len(events), tuple(events), first, last
+                    )
+                    first = last + 1
+            for aggregate_id, agg in states.items():
+                if aggregate_id in failed:
+                    self._cache.pop(aggregate_id, None)  # its in-memory state ran ahead
+                else:
+                    self._remember(agg)
+        except BaseException:
+            for aggregate_id in states:
+                self._cache.pop(aggregate_id, None)
+            raise
+        finally:
+            for aggregate_id in taken:
+                turns.give(aggregate_id)
+        careful.sort()
+        return careful
+
+    def _bulk_request(
+        self,
+        aggregate_id: str,
+        agg: Aggregate,
+        runs: list[tuple[int, int, list[Event]]],
+        meta: Metadata,
+        tenant: str | None,
+    ) -> AppendRequest:
+        """The one append of an aggregate's bulk commands (its state ``agg`` after them),
+        with the snapshot they make due."""
+        base = runs[0][1]
+        events = [e for _, _, evs in runs for e in evs]
+        every = self.options.snapshot_every
+        snapshot = None
+        if every and agg.version // every > base // every and self.snapshots:
+            snapshot = (agg.version, self._state_fingerprint, agg.model_dump_json())
+        rows = self._rows(aggregate_id, base, events, meta, tenant, None)
+        return AppendRequest(self.name, rows, aggregate_id, base, None, snapshot=snapshot)

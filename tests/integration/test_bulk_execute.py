@@ -1,0 +1,149 @@
+"""``execute_many``'s bulk path: decided in one go, appended together, nothing lost.
+
+Every claim is checked by reading the store back (rows, versions, offsets, snapshots),
+on a SQLite file and on PostgreSQL; a second App on the same store plays the other
+process whose writes make the first one's states stale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import reventless as rv
+from reventless.store import require_sql
+from reventless.testing.store_suite import Account, Deposit, Deposited, Withdraw
+
+
+async def rows(app: rv.App, sql: str) -> list[tuple[Any, ...]]:
+    store = require_sql(app.store, "the test")
+    return await store.db.read(lambda conn: [tuple(r) for r in conn.exec_driver_sql(sql).all()])
+
+
+async def stored(app: rv.App) -> list[tuple[str, int, int, int]]:
+    """(aggregate, version, offset, amount) of every stored event, in offset order."""
+    table = require_sql(app.store, "the test").table_of("Account")
+    return [
+        (a, v, o, amount)
+        for a, v, o, amount in await rows(
+            app, f"SELECT _aggregate_id, _version, _offset, amount FROM {table} ORDER BY _offset"
+        )
+    ]
+
+
+async def test_results_are_what_landed_and_order_holds_per_aggregate(shared_url: str) -> None:
+    app = rv.App(store=shared_url, options=rv.AppOptions(log=rv.LogOptions(snapshot_every=5)))
+    log = app.event_log(Account)
+    async with app:
+        await log.execute("old", Deposit(amount=10))
+        items: list[tuple[str, rv.Command]] = [("old", Withdraw(amount=4))]
+        items += [(f"n-{i % 7}", Deposit(amount=i + 1)) for i in range(70)]
+        items += [("old", Withdraw(amount=50)), ("old", Deposit(amount=1))]
+        got = await log.execute_many(items)
+        assert isinstance(got[-2], rv.Rejected)  # decided on the state the bulk left
+        landed = await stored(app)
+        assert [o for _, _, o, _ in landed] == list(range(1, len(landed) + 1))  # gapless
+        by_offset = {o: (a, v, amount) for a, v, o, amount in landed}
+        for (aggregate, cmd), res in zip(items, got, strict=True):
+            if isinstance(res, rv.Rejected):
+                continue
+            assert res.first_offset == res.last_offset
+            a, v, amount = by_offset[res.first_offset]
+            assert (a, v) == (aggregate, res.version)
+            assert amount == cmd.amount  # type: ignore[attr-defined]
+        for k in range(7):  # each aggregate's deposits in input order, in one append
+            mine = [amount for a, _, _, amount in landed if a == f"n-{k}"]
+            assert mine == [i + 1 for i in range(k, 70, 7)]
+            offsets = [o for a, _, o, _ in landed if a == f"n-{k}"]
+            assert offsets == list(range(offsets[0], offsets[0] + 10))
+        # the snapshots crossed on the way were stored in the appends' transactions
+        snaps = dict(await rows(app, "SELECT aggregate_id, version FROM rv_snapshots"))
+        assert snaps == {f"n-{k}": 10 for k in range(7)}
+        log.forget()
+        assert (await log.load("old")).balance == 10 - 4 + 1
+        assert (await log.load("n-3")).balance == sum(i + 1 for i in range(3, 70, 7))
+
+
+async def test_a_state_made_stale_by_another_process_is_retried(shared_url: str) -> None:
+    first, other = rv.App(store=shared_url), rv.App(store=shared_url)
+    log, theirs = first.event_log(Account), other.event_log(Account)
+    async with first, other:
+        for k in range(3):
+            await log.execute(f"s-{k}", Deposit(amount=1))  # cached at version 1
+        await theirs.execute("s-1", Deposit(amount=100))  # behind first's cache: version 2
+        items: list[tuple[str, rv.Command]] = [
+            (f"s-{k}", Deposit(amount=10 * (j + 1))) for j in range(3) for k in range(3)
+        ]
+        got = await log.execute_many(items)
+        assert all(isinstance(r, rv.ExecuteResult) for r in got)
+        landed = await stored(first)
+        s1 = [(v, amount) for a, v, _, amount in landed if a == "s-1"]
+        # s-1's bulk append clashed as a whole; its commands ran again on the fresh state
+        assert s1 == [(1, 1), (2, 100), (3, 10), (4, 20), (5, 30)]
+        assert [r.version for r in got if isinstance(r, rv.ExecuteResult)][1::3] == [3, 4, 5]
+        for k in (0, 2):
+            assert [v for a, v, _, _ in landed if a == f"s-{k}"] == [1, 2, 3, 4]
+        log.forget()
+        assert (await log.load("s-1")).balance == 1 + 100 + 60
+
+
+async def test_command_ids_and_held_turns_go_the_careful_way_in_order(file_url: str) -> None:
+    app = rv.App(store=file_url)
+    log = app.event_log(Account)
+    async with app:
+        items: list[tuple[str, rv.Command] | tuple[str, rv.Command, str | None]] = [
+            ("c-1", Deposit(amount=1)),
+            ("c-1", Deposit(amount=2), "cmd-2"),  # needs its record looked up
+            ("c-1", Deposit(amount=3)),  # after it, on the same aggregate
+            ("c-2", Deposit(amount=4)),
+        ]
+        got = await log.execute_many(items)
+        assert [r.version for r in got if isinstance(r, rv.ExecuteResult)] == [1, 2, 3, 1]
+        again = await log.execute_many([("c-1", Deposit(amount=2), "cmd-2")])
+        assert isinstance(again[0], rv.ExecuteResult) and again[0].duplicate
+        assert [(a, amount) for a, _, _, amount in await stored(app)] == [
+            ("c-1", 1),
+            ("c-2", 4),
+            ("c-1", 2),
+            ("c-1", 3),
+        ]
+
+
+async def test_a_failed_append_stores_no_snapshot(shared_url: str) -> None:
+    every2 = rv.AppOptions(log=rv.LogOptions(snapshot_every=2))
+    first = rv.App(store=shared_url, options=every2)
+    other = rv.App(store=shared_url, options=rv.AppOptions(log=rv.LogOptions(snapshot_every=0)))
+    log, theirs = first.event_log(Account), other.event_log(Account)
+    async with first, other:
+        await log.execute("a", Deposit(amount=1))  # cached at version 1
+        await theirs.append("a", [Deposited(amount=5)], expected_version=1)
+        # version 2 is due a snapshot: first's attempt (on its stale state) clashes and
+        # stores none; the retry lands at version 3, where none is due
+        res = await log.execute("a", Deposit(amount=1))
+        assert res.version == 3
+        assert await rows(first, "SELECT version FROM rv_snapshots") == []
+        await log.execute("a", Deposit(amount=1))  # version 4: stored with the event
+        assert await rows(first, "SELECT version, state FROM rv_snapshots") == [
+            (4, Account(id="a", version=4, balance=8).model_dump_json())
+        ]
+        snap, tail = await first.store.load("Account", "a")
+        assert snap is not None and snap[0] == 4 and tail == []
+        log.forget()
+        assert (await log.load("a")).balance == 8
+
+
+@pytest.mark.parametrize("n", [1, 10])
+async def test_execute_crossing_a_snapshot_keeps_the_cached_state(file_url: str, n: int) -> None:
+    app = rv.App(store=file_url, options=rv.AppOptions(log=rv.LogOptions(snapshot_every=3)))
+    log = app.event_log(Account)
+    async with app:
+        for _ in range(n):
+            res = await log.execute("a", Deposit(amount=2))
+        assert res.version == n
+        cached = await log.load("a")
+        assert (cached.version, cached.balance) == (n, 2 * n)
+        expected = (n // 3) * 3
+        assert await rows(app, "SELECT version FROM rv_snapshots") == (
+            [(expected,)] if expected else []
+        )
