@@ -19,11 +19,12 @@ commands on their aggregates, so each aggregate's commands keep their order.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import telemetry
+from .ids import now_us, uuid7_strs
 from .spec import Aggregate, Command, Event, Metadata
 from .store.append import AppendRequest, AppendResult
 
@@ -97,6 +98,8 @@ class BulkExecute:
             meta: Metadata,
             tenant: str | None,
             command_id: str | None,
+            ids: Sequence[str] | None = None,
+            produced_us: int | None = None,
         ) -> list[tuple[Any, ...]]: ...
 
     async def _bulk(
@@ -165,8 +168,11 @@ class BulkExecute:
             # One request per aggregate, its commands' rows in order: the aggregate's
             # commands land together or not at all (a later one was decided on the state
             # the earlier ones left).
+            ids = iter(uuid7_strs(sum(len(e) for runs in planned.values() for _, _, e in runs)))
+            produced = now_us()
             requests = [
-                self._bulk_request(a, states[a], runs, meta, tenant) for a, runs in planned.items()
+                self._bulk_request(a, states[a], runs, meta, tenant, ids, produced)
+                for a, runs in planned.items()
             ]
             landed: list[AppendResult | Exception] = []
             if requests:
@@ -210,14 +216,19 @@ class BulkExecute:
         runs: list[tuple[int, int, list[Event]]],
         meta: Metadata,
         tenant: str | None,
+        ids: Iterator[str],
+        produced_us: int,
     ) -> AppendRequest:
         """The one append of an aggregate's bulk commands (its state ``agg`` after them),
-        with the snapshot they make due."""
+        with the snapshot they make due. Each command's rows are its own (correlated by
+        its first event, ``_row_idx`` from 0), as ``execute`` would store them."""
         base = runs[0][1]
-        events = [e for _, _, evs in runs for e in evs]
         every = self.options.snapshot_every
         snapshot = None
         if every and agg.version // every > base // every and self.snapshots:
             snapshot = (agg.version, self._state_fingerprint, agg.model_dump_json())
-        rows = self._rows(aggregate_id, base, events, meta, tenant, None)
+        rows: list[tuple[Any, ...]] = []
+        for _, version, events in runs:
+            mine = [next(ids) for _ in events]
+            rows += self._rows(aggregate_id, version, events, meta, tenant, None, mine, produced_us)
         return AppendRequest(self.name, rows, aggregate_id, base, None, snapshot=snapshot)

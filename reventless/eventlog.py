@@ -44,7 +44,7 @@ from .spec import Aggregate, Command, Directive, Event, Metadata
 from .store.append import AppendRequest, AppendResult, CommandRecord, StoredRow
 from .tags import check_tag
 from .topic import Topic
-from .topicdef import TopicDef, partition_of, row_context, stored_rows
+from .topicdef import TopicDef, event_rows, partition_of, row_context
 from .turns import Turns
 
 A = TypeVar("A", bound=Aggregate)
@@ -234,26 +234,22 @@ class EventLog(Topic, BulkExecute, Generic[A]):
         meta: Metadata,
         tenant: str | None,
         command_id: str | None,
+        ids: Sequence[str] | None = None,
+        produced_us: int | None = None,
     ) -> list[tuple[Any, ...]]:
-        ids = uuid7_strs(len(events))
+        """One command's rows (``ids``/``produced_us``: drawn for many commands at once)."""
+        if ids is None:
+            ids = uuid7_strs(len(events))
         context = row_context(meta, self.service, tenant, command_id=command_id, first_id=ids[0])
-        partition = partition_of(aggregate_id, self.definition.partitions)
-        encoders = self._encoders
-        return stored_rows(
-            now_us(),
+        return event_rows(
+            now_us() if produced_us is None else produced_us,
             ids,
             context,
-            (
-                (
-                    aggregate_id,
-                    version + i + 1,
-                    type(e).event_type,
-                    type(e).schema_version,
-                    partition,
-                    encoders[type(e).event_type](e),
-                )
-                for i, e in enumerate(events)
-            ),
+            aggregate_id,
+            version,
+            partition_of(aggregate_id, self.definition.partitions),
+            events,
+            self._encoders,
         )
 
     async def append(

@@ -323,7 +323,9 @@ class Aggregate(BaseModel):
     def apply(self, event: Event) -> None:
         """Evolve the state by one event and bump ``version``."""
         type(self).appliers[type(event)](self, event)
-        self.version += 1
+        # straight into the model's values: pydantic's __setattr__ costs more than the
+        # applier itself, and assignments are not validated (validate_assignment=False)
+        self.__dict__["version"] += 1
 
 
 _MAX_META = 512

@@ -190,6 +190,15 @@ def place(
     return results, all_rows
 
 
+def _with_null_offsets(rows: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """The rows' values flattened, each row led by a NULL ``_offset``."""
+    out: list[Any] = []
+    for r in rows:
+        out.append(None)
+        out.extend(r)
+    return tuple(out)
+
+
 class Appender:
     """The SQLite appender; ``table_of`` maps a topic to its table."""
 
@@ -266,8 +275,12 @@ class Appender:
 
     def _one(self, cur: Any, req: AppendRequest) -> AppendResult:
         info = self.table_of(req.topic)
-        if info.rowid_offset and req.command_id is None and len(req.rows) == 1:
-            result = self._rowid_one(cur, req, info)
+        if (
+            info.rowid_offset
+            and req.command_id is None
+            and len(req.rows) * (len(req.rows[0]) + 1) <= _MAX_VARIABLES
+        ):
+            result = self._rowid_rows(cur, req, info)
             self._extras(cur, [req])
             return result
         [result], rows = place(req.topic, [req], self._first_offset(cur, req.topic))
@@ -296,20 +309,34 @@ class Appender:
         if snapshots:
             cur.executemany(snapshot_sql(self.db), snapshots)
 
-    def _rowid_one(self, cur: Any, req: AppendRequest, info: TableInfo) -> AppendResult:
-        """A lone row (the per-command hot path): SQLite assigns its offset (the rowid,
-        the largest plus one, as ``_first_offset`` would) so no query looks it up."""
+    def _rowid_rows(self, cur: Any, req: AppendRequest, info: TableInfo) -> AppendResult:
+        """A command's rows (the per-command hot path), in one statement with NULL
+        offsets: SQLite assigns them (the rowid: the largest plus one, and on, as
+        ``_first_offset`` would) so no query looks the head up."""
+        n = len(req.rows)
+        sql = self._values(info.insert_sql, n)
         try:
-            cur.execute(info.insert_sql, (None, *req.rows[0]))
-            off: int = cur.lastrowid
-            rows = [(off, *req.rows[0])]
+            cur.execute(sql, (None, *req.rows[0]) if n == 1 else _with_null_offsets(req.rows))
+            last: int = cur.lastrowid
+            first = last - n + 1
+            rows = [(first + k, *r) for k, r in enumerate(req.rows)]
             if info.tags is not None:
                 index = info.tags.rows(rows)
                 if index:
                     cur.executemany(info.tags.insert_sql, index)
         except self.db.integrity_errors:
             raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
-        return AppendResult(req.topic, off, off, rows)
+        return AppendResult(req.topic, first, last, rows)
+
+    def _values(self, sql: str, n: int) -> str:
+        """``sql`` (one row's INSERT) inserting ``n`` rows in one statement."""
+        if n == 1:
+            return sql
+        many = self._many.get((sql, n))
+        if many is None:
+            values = sql[sql.index(" VALUES ") + len(" VALUES ") :]
+            many = self._many[(sql, n)] = sql + (", " + values) * (n - 1)
+        return many
 
     def _all(self, cur: Any, reqs: list[AppendRequest]) -> list[AppendResult]:
         """Everything at once: one offset lookup and one executemany per topic."""
