@@ -128,25 +128,27 @@ class BulkExecute:
             for i in window:
                 item = items[i]
                 aggregate_id, command = item[0], item[1]
-                if aggregate_id in deferred:
-                    careful.append(i)
-                    continue
-                if aggregate_id not in taken:
-                    if (len(item) == 3 and item[2] is not None) or not turns.try_take(aggregate_id):
+                agg = states.get(aggregate_id)
+                if agg is None:
+                    # first seen here: its turn (else the careful path waits for it)
+                    if (
+                        aggregate_id in deferred
+                        or (len(item) == 3 and item[2] is not None)
+                        or not turns.try_take(aggregate_id)
+                    ):
                         deferred.add(aggregate_id)
                         careful.append(i)
                         continue
                     taken.add(aggregate_id)
-                if len(item) == 3 and item[2] is not None:  # after a bulk one on its aggregate
-                    deferred.add(aggregate_id)
-                    careful.append(i)
-                    continue
-                agg = states.get(aggregate_id)
-                if agg is None:
                     agg = self._cache.get(aggregate_id) or preloaded.pop(aggregate_id, None)
                     if agg is None:
                         agg = await self._load_fresh(aggregate_id)
                     states[aggregate_id] = agg
+                elif aggregate_id in deferred or (len(item) == 3 and item[2] is not None):
+                    # a command id (its record is looked up first), or after one
+                    deferred.add(aggregate_id)
+                    careful.append(i)
+                    continue
                 try:
                     events, directives = agg.decide_all(command)
                 except Exception as exc:  # Rejected is an answer, the rest raised by the caller
@@ -229,6 +231,6 @@ class BulkExecute:
             snapshot = (agg.version, self._state_fingerprint, agg.model_dump_json())
         rows: list[tuple[Any, ...]] = []
         for _, version, events in runs:
-            mine = [next(ids) for _ in events]
+            mine = [next(ids)] if len(events) == 1 else [next(ids) for _ in events]
             rows += self._rows(aggregate_id, version, events, meta, tenant, None, mine, produced_us)
         return AppendRequest(self.name, rows, aggregate_id, base, None, snapshot=snapshot)

@@ -49,6 +49,8 @@ from .turns import Turns
 
 A = TypeVar("A", bound=Aggregate)
 _EMPTY_META = Metadata()
+#: What ``load_many`` says of an aggregate with no snapshot and no events (a new one).
+_NOTHING: tuple[None, list[Any]] = (None, [])
 #: ``execute_many`` preloads and runs its commands this many at a time.
 _MANY_WINDOW = 1000
 #: An ``execute_many`` slot not filled yet (never returned: every slot gets an outcome).
@@ -112,7 +114,10 @@ class EventLog(Topic, BulkExecute, Generic[A]):
         if not ids:
             return {}
         loaded = await self.store.load_many(self.name, ids)
-        return {a: await self._fold(a, *loaded[a]) for a in ids}
+        spec = self.spec
+        return {
+            a: spec(id=a) if loaded[a] == _NOTHING else await self._fold(a, *loaded[a]) for a in ids
+        }
 
     def _remember(self, agg: A) -> None:
         if self.options.cache_size <= 0:
@@ -449,8 +454,13 @@ class EventLog(Topic, BulkExecute, Generic[A]):
             landed = await self._landed(aggregate_id, command_id)
             if landed is not None:
                 return await self._executed(aggregate_id, landed)
+        cache = self._cache
         for attempt in range(opts.max_attempts):
-            agg = await self._load_cached(aggregate_id, preloaded)
+            agg = cache.get(aggregate_id)  # (the common case, without a coroutine)
+            if agg is None:
+                agg = await self._load_cached(aggregate_id, preloaded)
+            else:
+                cache.move_to_end(aggregate_id)
             try:
                 events, directives = agg.decide_all(command)
             except Rejected:
@@ -474,7 +484,10 @@ class EventLog(Topic, BulkExecute, Generic[A]):
             if personal:
                 rows = await sealed(self.store, self.schema, rows)
             # A snapshot due after these events is stored in their transaction.
-            after, snapshot = await self._snapshot_of(agg, events)
+            after, snapshot = None, None
+            every = opts.snapshot_every
+            if every and (base + len(events)) // every > base // every:
+                after, snapshot = await self._snapshot_of(agg, events)
             try:
                 with telemetry.appending(self.name, len(rows), self.store.dialect):
                     res = await self.store.append(

@@ -258,20 +258,16 @@ class Appender:
                 cur.executemany(info.tags.insert_sql, index)
 
     def _insert_many(self, cur: Any, sql: str, rows: list[StoredRow]) -> None:
+        # Many rows per statement (as many as the bound parameters allow): ~10-15% less
+        # CPU per row than one row per step
         per = max(1, _MAX_VARIABLES // len(rows[0]))
-        if len(rows) < 2 * per:
-            cur.executemany(sql, rows)
-            return
-        # Many rows per statement: ~15% less CPU per row than one row per step
-        many = self._many.get((sql, per))
-        if many is None:
-            values = sql[sql.index(" VALUES ") + len(" VALUES ") :]
-            many = self._many[(sql, per)] = sql + (", " + values) * (per - 1)
         full = len(rows) - len(rows) % per
         flat = chain.from_iterable
-        cur.executemany(many, [tuple(flat(rows[i : i + per])) for i in range(0, full, per)])
+        if full:
+            many = self._values(sql, per)
+            cur.executemany(many, [tuple(flat(rows[i : i + per])) for i in range(0, full, per)])
         if full < len(rows):
-            cur.executemany(sql, rows[full:])
+            cur.execute(self._values(sql, len(rows) - full), tuple(flat(rows[full:])))
 
     def _one(self, cur: Any, req: AppendRequest) -> AppendResult:
         info = self.table_of(req.topic)
@@ -303,6 +299,8 @@ class Appender:
 
     def _extras(self, cur: Any, reqs: list[AppendRequest]) -> None:
         """What the requests store beside their rows: schedules and snapshots."""
+        if len(reqs) == 1 and not reqs[0].schedules and reqs[0].snapshot is None:
+            return
         for sql, params in write_statements(self.db, (w for r in reqs for w in r.schedules)):
             cur.executemany(sql, params)
         snapshots = snapshot_rows(reqs)
