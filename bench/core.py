@@ -165,6 +165,24 @@ async def _rv_many_new(where: Where, calls: int, per_call: int) -> float:
     return calls * per_call / dt
 
 
+async def _rv_many_append(where: Where, calls: int, per_call: int) -> float:
+    """The bulk path without commands (``append_many``): what ``app.save(*aggregates)``
+    does for eventsourcing."""
+    app = _app(where)
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("warm", Increment(by=1))
+        t0 = perf()
+        for c in range(calls):
+            got = await log.append_many(
+                (f"new-{c}-{i}", [Incremented(by=1)], 0) for i in range(per_call)
+            )
+            check(len(got) == per_call, "reventless many_append results")
+        dt = perf() - t0
+        check(await rv_count(app) == calls * per_call + 1, "reventless many_append count")
+    return calls * per_call / dt
+
+
 def _es_many_new(where: Where, calls: int, per_call: int) -> float:
     app = EsApp(env=es_env(where))
     try:
@@ -452,6 +470,18 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             "events/s",
             {
                 "reventless": arun(_rv_many_new, calls, per_call),
+                "eventsourcing": lambda p: _es_many_new(p, calls, per_call),
+                "raw": lambda p: _raw_many_new(p, calls, per_call),
+            },
+            ">= 2x es",
+            2.0,
+        ),
+        Row(
+            "many_append",
+            f"{per_call} new aggregates per call, {calls} calls (`append_many`)",
+            "events/s",
+            {
+                "reventless": arun(_rv_many_append, calls, per_call),
                 "eventsourcing": lambda p: _es_many_new(p, calls, per_call),
                 "raw": lambda p: _raw_many_new(p, calls, per_call),
             },

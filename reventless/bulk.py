@@ -19,11 +19,13 @@ commands on their aggregates, so each aggregate's commands keep their order.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import telemetry
+from .decode import sealed
+from .errors import ConcurrencyError
 from .ids import now_us, uuid7_strs
 from .spec import Aggregate, Command, Event, Metadata
 from .store.append import AppendRequest, AppendResult
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
     from .turns import Turns
 
 Item = tuple[str, Command] | tuple[str, Command, str | None]
+#: ``Metadata()``: what an append without ``meta`` writes.
+_EMPTY_META = Metadata()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +92,12 @@ class BulkExecute:
         @property
         def snapshots(self) -> bool: ...
         def check_tenant(self, tenant: str | None) -> str | None: ...
+
+        def _check_events(self, events: Sequence[Event]) -> None: ...
         async def _load_fresh(self, aggregate_id: str) -> Any: ...
+        async def _snapshot_after_append(
+            self, aggregate_id: str, before: int, after: int
+        ) -> None: ...
         def _remember(self, agg: Any) -> None: ...
         def _rows(
             self,
@@ -101,6 +110,58 @@ class BulkExecute:
             ids: Sequence[str] | None = None,
             produced_us: int | None = None,
         ) -> list[tuple[Any, ...]]: ...
+
+    async def append_many(
+        self,
+        items: Iterable[tuple[str, Sequence[Event], int]],
+        *,
+        meta: Metadata | None = None,
+    ) -> list[AppendResult | ConcurrencyError]:
+        """Append events to many aggregates at once: ``(aggregate_id, events,
+        expected_version)`` items, written together (one transaction up to the store's
+        group limits: 2,000 items or 10,000 events). The bulk path for imports and
+        migrations, where no command decides.
+
+        Each item lands or fails on its own: a ``ConcurrencyError`` in its slot when the
+        aggregate is not at ``expected_version`` (nothing of that item lands); results in
+        input order. The snapshot policy holds as in ``append``.
+
+        Example::
+
+            got = await accounts.append_many(
+                (f"acc-{i}", [Opened(owner=name)], 0) for i, name in enumerate(names)
+            )
+        """
+        meta = meta or _EMPTY_META
+        tenant = self.check_tenant(meta.tenant)
+        todo = [(a, list(events), v) for a, events, v in items]
+        for _, events, _ in todo:
+            self._check_events(events)
+        ids = iter(uuid7_strs(sum(len(events) for _, events, _ in todo)))
+        produced = now_us()
+        requests = []
+        for aggregate_id, events, version in todo:
+            mine = [next(ids) for _ in events]
+            rows = self._rows(aggregate_id, version, events, meta, tenant, None, mine, produced)
+            if self.schema.personal:
+                rows = await sealed(self.store, self.schema, rows)
+            requests.append(AppendRequest(self.name, rows, aggregate_id, version))
+        landed: list[AppendResult | Exception] = []
+        if requests:
+            total = sum(len(r.rows) for r in requests)
+            with telemetry.appending(self.name, total, self.store.dialect):
+                landed = await self.store.append_many(requests)
+        out: list[AppendResult | ConcurrencyError] = []
+        for (aggregate_id, events, version), res in zip(todo, landed, strict=True):
+            self._cache.pop(aggregate_id, None)  # behind these events (or stale)
+            if isinstance(res, ConcurrencyError):
+                out.append(res)
+            elif isinstance(res, Exception):
+                raise res
+            else:
+                out.append(res)
+                await self._snapshot_after_append(aggregate_id, version, version + len(events))
+        return out
 
     async def _bulk(
         self,

@@ -257,6 +257,13 @@ class EventLog(Topic, BulkExecute, Generic[A]):
             self._encoders,
         )
 
+    def _check_events(self, events: Sequence[Event]) -> None:
+        """``StoreError`` for an event that is not of this log's aggregate."""
+        allowed = self.spec.event_classes
+        for e in events:
+            if type(e) not in allowed:
+                raise StoreError(f"{type(e).__name__} is not an event of {self.spec.__name__}")
+
     async def append(
         self,
         aggregate_id: str,
@@ -277,9 +284,7 @@ class EventLog(Topic, BulkExecute, Generic[A]):
         """
         meta = meta or _EMPTY_META
         tenant = self.check_tenant(meta.tenant)
-        for e in events:
-            if type(e) not in self.spec.event_classes:
-                raise StoreError(f"{type(e).__name__} is not an event of {self.spec.__name__}")
+        self._check_events(events)
         if command_id is not None:
             landed = await self._landed(aggregate_id, command_id)
             if landed is not None:

@@ -147,3 +147,33 @@ async def test_execute_crossing_a_snapshot_keeps_the_cached_state(file_url: str,
         assert await rows(app, "SELECT version FROM rv_snapshots") == (
             [(expected,)] if expected else []
         )
+
+
+async def test_append_many_lands_each_item_or_fails_it_alone(shared_url: str) -> None:
+    app = rv.App(store=shared_url, options=rv.AppOptions(log=rv.LogOptions(snapshot_every=3)))
+    log = app.event_log(Account)
+    async with app:
+        await log.execute("old", Deposit(amount=7))
+        items: list[tuple[str, list[rv.Event], int]] = [
+            (f"a-{i}", [Deposited(amount=i), Deposited(amount=1)], 0) for i in range(300)
+        ]
+        items.insert(5, ("old", [Deposited(amount=9999)], 0))  # old is at version 1
+        items.append(("old", [Deposited(amount=2), Deposited(amount=3)], 1))
+        got = await log.append_many(items)
+        assert isinstance(got[5], rv.ConcurrencyError)
+        landed = await stored(app)
+        assert len(landed) == 1 + 600 + 2 and 9999 not in [amount for *_, amount in landed]
+        by_offset = {o: (a, v, amount) for a, v, o, amount in landed}
+        for (aggregate, events, version), res in zip(items, got, strict=True):
+            if isinstance(res, rv.ConcurrencyError):
+                continue
+            assert [by_offset[o] for o in range(res.first_offset, res.last_offset + 1)] == [
+                (aggregate, version + k + 1, e.amount)  # type: ignore[attr-defined]
+                for k, e in enumerate(events)
+            ]
+        # old went from 1 to 3 (a multiple of snapshot_every): the policy stored one
+        assert await rows(app, "SELECT aggregate_id, version FROM rv_snapshots") == [("old", 3)]
+        assert (await log.load("old")).balance == 12
+        with pytest.raises(rv.StoreError):  # not an event of the log: nothing written
+            await log.append_many([("x", [rv.Event()], 0)])
+        assert len(await stored(app)) == 603
