@@ -370,7 +370,7 @@ async def reads(url: str, events: int) -> dict[str, Any]:
 
 def sizes(quick: bool) -> dict[str, int]:
     if quick:
-        return {"appends": 300, "courses": 256, "invoices": 64, "events": 20_000, "es": 256}
+        return {"appends": 150, "courses": 128, "invoices": 64, "events": 20_000, "es": 128}
     return {"appends": 2000, "courses": 1536, "invoices": 320, "events": 100_000, "es": 1536}
 
 
@@ -397,8 +397,19 @@ def child(section: str, urls: list[str], quick: bool) -> dict[str, Any]:
 
 
 def run_child(section: str, urls: list[str], quick: bool) -> None:
+    print("RESULT " + json.dumps(section_result(section, urls, quick)), flush=True)
+
+
+def section_result(section: str, urls: list[str], quick: bool) -> dict[str, Any]:
+    """One section's measurements; ``all``: every section in turn (``urls`` in the order
+    of ``measure``), in one process (quick runs: fewer interpreter starts)."""
     s = sizes(quick)
     result: dict[str, Any]
+    if section == "all":
+        got = {k: section_result(k, [u], quick) for k, u in zip(_SECTIONS, urls, strict=False)}
+        if len(urls) > len(_SECTIONS):
+            got["es"] = section_result("es", urls[len(_SECTIONS) :], quick)
+        return got
     if section == "appends":
         result = asyncio.run(appends(urls[0], s["appends"]))
     elif section == "decisions":
@@ -409,12 +420,20 @@ def run_child(section: str, urls: list[str], quick: bool) -> None:
         from bench.dcb_es import es_decisions
 
         result = es_decisions(urls, s["es"])
-    print("RESULT " + json.dumps(result), flush=True)
+    return result
+
+
+_SECTIONS = ("appends", "decisions", "reads")
 
 
 def measure(new_url: Callable[[str], str], quick: bool, es: bool) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for section in ("appends", "decisions", "reads"):
+    if quick:  # one process for all the sections
+        urls = [new_url(k) for k in _SECTIONS]
+        urls += [new_url("es_seq"), new_url("es_8")] if es else []
+        print(" all sections ...", flush=True)
+        return child("all", urls, quick)
+    for section in _SECTIONS:
         print(f" {section} ...", flush=True)
         out[section] = child(section, [new_url(section)], quick)
     if es:

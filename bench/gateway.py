@@ -222,7 +222,7 @@ async def backlog(url: str, events: int) -> dict[str, float]:
 
 
 async def side(quick: bool, events: int, postgres: bool) -> dict[str, float]:
-    seconds = 3.0 if quick else 15.0
+    seconds = 1.5 if quick else 15.0
     with tempfile.TemporaryDirectory() as tmp:
         out = await latency(f"sqlite:///{tmp}/lat.db?synchronous=FULL", 20.0, seconds)
         out |= await backlog(f"sqlite:///{tmp}/backlog.db?synchronous=FULL", events)
@@ -286,7 +286,7 @@ def main() -> None:
     if a.serve:
         serve(a.serve)
         return
-    events = a.events or (20_000 if a.quick else 200_000)
+    events = a.events or (10_000 if a.quick else 200_000)
     if a.side:
         result = asyncio.run(side(a.quick, events, a.postgres))
         print("RESULT " + json.dumps(result), flush=True)

@@ -261,8 +261,8 @@ async def main(argv: list[str] | None = None) -> int:
         await _collect_until(a.collect[0], a.collect[1], int(a.collect[2]), a.collect[3])
         return 0
     reps = a.reps or (1 if a.quick else 3)
-    n_raw = 10_000 if a.quick else 100_000
-    aggs, per = (20, 500) if a.quick else (100, 1000)
+    n_raw = 5_000 if a.quick else 100_000
+    aggs, per = (10, 500) if a.quick else (100, 1000)
     s_aggs = aggs if a.quick else 300  # split runs: long enough that start-up is amortised
     seconds = 1.0 if a.quick else 10.0
     work = Path(tempfile.mkdtemp())

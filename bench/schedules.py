@@ -184,8 +184,8 @@ async def writing(url: str, commands: int, rounds: int = 3) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in rates.items()}
 
 
-async def burst(url: str, pending: int) -> dict[str, float]:
-    due = now_us() + 3_000_000  # the scheduler process has started by then
+async def burst(url: str, pending: int, lead: float = 3.0) -> dict[str, float]:
+    due = now_us() + int(lead * 1e6)  # the scheduler process has started by then
     await plant(url, [due] * pending, 0)
     result = fire(url, pending)
     got = await landed(url)
@@ -195,8 +195,10 @@ async def burst(url: str, pending: int) -> dict[str, float]:
     return {"burst_rate": pending / ((last - first) / 1e6), "burst_rss": result["rss_peak"]}
 
 
-async def steady(url: str, pending: int, due_count: int, rate: float) -> dict[str, float]:
-    start = now_us() + 4_000_000
+async def steady(
+    url: str, pending: int, due_count: int, rate: float, lead: float = 4.0
+) -> dict[str, float]:
+    start = now_us() + int(lead * 1e6)
     step = 1e6 / rate
     await plant(url, [start + int(i * step) for i in range(due_count)], pending - due_count)
     result = fire(url, due_count)
@@ -214,10 +216,11 @@ async def steady(url: str, pending: int, due_count: int, rate: float) -> dict[st
 
 async def measure(new_url: Callable[[str], str], pending: int, quick: bool) -> dict[str, float]:
     out: dict[str, float] = {}
-    out |= await writing(new_url("write"), 2_000 if quick else 10_000)
-    out |= await burst(new_url("burst"), pending)
-    due_count, rate = (1_000, 200.0) if quick else (10_000, 500.0)
-    out |= await steady(new_url("steady"), pending, due_count, rate)
+    out |= await writing(new_url("write"), 1_000 if quick else 10_000)
+    # quick: the scheduler process gets less of a head start (its lateness still counts)
+    out |= await burst(new_url("burst"), pending, 2.0 if quick else 3.0)
+    due_count, rate = (400, 200.0) if quick else (10_000, 500.0)
+    out |= await steady(new_url("steady"), pending, due_count, rate, 2.5 if quick else 4.0)
     out["steady_rate"] = rate
     out["steady_due"] = due_count
     return out
@@ -264,7 +267,7 @@ def report(results: dict[str, dict[str, float]], pending: int, cmd: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.schedules")
-    ap.add_argument("--quick", action="store_true", help="10,000 pending, shorter runs")
+    ap.add_argument("--quick", action="store_true", help="3,000 pending, shorter runs")
     ap.add_argument("--pending", type=int, default=None, help="default 100,000")
     ap.add_argument("--postgres", action="store_true", help="PostgreSQL too")
     ap.add_argument("--out", default=None, help="a markdown file to put the section into")
@@ -274,7 +277,7 @@ def main() -> None:
     if a.fire:
         asyncio.run(scheduler_process(a.fire, a.expected))
         return
-    pending = a.pending or (10_000 if a.quick else 100_000)
+    pending = a.pending or (3_000 if a.quick else 100_000)
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         print("SQLite file ...", flush=True)

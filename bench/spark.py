@@ -320,7 +320,7 @@ def _plot(local: list[dict[str, Any]], base: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.spark")
-    p.add_argument("--quick", action="store_true", help="50k events, local only")
+    p.add_argument("--quick", action="store_true", help="20k events, local only")
     p.add_argument("--out", default=None, help="Markdown file to update")
     p.add_argument(
         "--sizes", default=None, help="event counts, e.g. 10000000 (local[2] only, no cluster)"
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() if a.work is None else nullcontext(a.work) as tmp:
         work = Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        sizes = [50_000] if a.quick else [100_000, 1_000_000, 10_000_000]
+        sizes = [20_000] if a.quick else [100_000, 1_000_000, 10_000_000]
         sizes = [int(s) for s in a.sizes.split(",")] if a.sizes else sizes
         local = _child("local[2]", sizes, work, False)
         clusters: dict[int, list[dict[str, Any]]] = {}
