@@ -47,6 +47,9 @@ from .schedules import write_statements
 
 #: Up to this many rows, one statement reserves the offsets and inserts (a CTE).
 _CTE_ROWS = 16
+#: Up to this many rows, the one statement binds each value (1 + 16 * 3 parameters: psycopg
+#: caches the parse of statements of up to 50); more go as one array per column.
+_VALUES_ROWS = 3
 #: COPY pays off from about this many rows in one statement.
 _COPY_ROWS = 64
 _BUMP = (
@@ -204,6 +207,26 @@ class AsyncAppender:
                 for row in index:
                     await copy.write_row(row)
 
+    def _unnest_sql(self, info: TableInfo) -> str:
+        """Reserve ``n`` offsets and insert ``n`` rows in one statement, the rows' values
+        as one array per column: one text (psycopg caches its parse) for any ``n``.
+        Parameters: ``n``, the topic, ``n``, then the column arrays."""
+        key = (info.table, 0)
+        sql = self._cte.get(key)
+        if sql is None:
+            q = self.db.q
+            types = info.pg_types[1:]  # all but _offset
+            names = [f"c{i}" for i in range(len(types))]
+            arrays = ", ".join(f"%s::{t}[]" for t in types)
+            sql = self._cte[key] = (
+                f"WITH h AS ({_BUMP}) "
+                f"INSERT INTO {q(info.table)} ({', '.join(q(c) for c in info.columns)}) "
+                f"SELECT h.head - %s + v.k, {', '.join('v.' + c for c in names)} "
+                f"FROM h, unnest({arrays}) WITH ORDINALITY AS v({', '.join(names)}, k) "
+                "RETURNING _offset"
+            )
+        return sql
+
     def _cte_sql(self, info: TableInfo, n: int) -> str:
         """Reserve ``n`` offsets and insert ``n`` rows in one statement."""
         key = (info.table, n)
@@ -225,9 +248,15 @@ class AsyncAppender:
 
     async def _lone(self, cur: Any, req: AppendRequest) -> AppendResult:
         n = len(req.rows)
-        params = (req.topic, *(v for r in req.rows for v in r))
         info = self.table_of(req.topic)
-        sql = self._cte_sql(info, n)
+        params: tuple[Any, ...]
+        if n <= _VALUES_ROWS:
+            params = (req.topic, *(v for r in req.rows for v in r))
+            sql = self._cte_sql(info, n)
+        else:  # one value per parameter would be parsed anew each time (psycopg caches
+            # statements of up to 50 parameters): one array per column instead
+            params = (n, req.topic, n, *(list(col) for col in zip(*req.rows, strict=True)))
+            sql = self._unnest_sql(info)
         if info.tags is not None:  # the tag index rows in the same statement
             sql = info.tags.pg_cte(sql)
         try:

@@ -177,3 +177,46 @@ async def test_append_many_lands_each_item_or_fails_it_alone(shared_url: str) ->
         with pytest.raises(rv.StoreError):  # not an event of the log: nothing written
             await log.append_many([("x", [rv.Event()], 0)])
         assert len(await stored(app)) == 603
+
+
+class Noted(rv.Event):
+    blob: bytes | None = None
+    flag: bool | None = None
+    ratio: float | None = None
+    text: str | None = None
+    items: list[int] | None = None
+
+
+class Notes(rv.Aggregate):
+    events = Noted
+    seen: list[Noted] = []
+
+    @rv.applies(Noted)
+    def _noted(self, e: Noted) -> None:
+        self.seen = [*self.seen, e]
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 16])
+async def test_one_append_of_any_size_round_trips_every_kind_of_value(
+    any_url: str, n: int
+) -> None:
+    """A lone append (one statement on PostgreSQL: values bound one by one up to 3 rows,
+    as column arrays beyond) stores bytes, bools, floats, text and JSON, nulls included."""
+    app = rv.App(store=any_url)
+    log = app.event_log(Notes)
+    events = [
+        Noted(
+            blob=None if k % 3 == 0 else bytes([k, 0, 255]),
+            flag=None if k % 4 == 1 else k % 2 == 0,
+            ratio=None if k % 5 == 2 else k / 7,
+            text=None if k % 2 else f"n{k} ' \" \\ {{}}",
+            items=None if k % 3 == 1 else list(range(k)),
+        )
+        for k in range(n)
+    ]
+    async with app:
+        res = await log.append("notes", events, expected_version=0)
+        assert (res.first_offset, res.last_offset) == (1, n)
+        log.forget()
+        assert (await log.load("notes")).seen == events
+        assert [e.event for e in await log.read(limit=100)] == events
