@@ -143,11 +143,11 @@ class AsyncAppender:
         lone = (
             req.command_id is None
             and not req.schedules
-            and req.snapshot is None
+            and (req.snapshot is None or self.table_of(req.topic).tags is None)
             and len(req.rows) <= _CTE_ROWS
         )
         if len(reqs) == 1 and lone:
-            return [await self._lone(cur, req)]  # one atomic statement
+            return [await self._lone(cur, req, snapshot=True)]  # one atomic statement
         if len(reqs) == 1:
             try:
                 async with aconn.transaction():
@@ -207,6 +207,21 @@ class AsyncAppender:
                 for row in index:
                     await copy.write_row(row)
 
+    def _with_snapshot(self, sql: str) -> str:
+        """The one-statement append ``sql`` also storing the request's snapshot (its
+        parameters after the rows': topic, aggregate id, version, fingerprint, state)."""
+        key = (sql, -1)
+        out = self._cte.get(key)
+        if out is None:
+            head, sep, insert = sql.partition(") INSERT INTO ")
+            if not sep or not insert.endswith(" RETURNING _offset"):
+                raise AssertionError(f"unexpected append statement: {sql[:80]}")
+            out = self._cte[key] = (
+                f"{head}), ins AS (INSERT INTO {insert}), "
+                f"sn AS ({snapshot_sql(self.db)}) SELECT _offset FROM ins"
+            )
+        return out
+
     def _unnest_sql(self, info: TableInfo) -> str:
         """Reserve ``n`` offsets and insert ``n`` rows in one statement, the rows' values
         as one array per column: one text (psycopg caches its parse) for any ``n``.
@@ -246,7 +261,9 @@ class AsyncAppender:
             )
         return sql
 
-    async def _lone(self, cur: Any, req: AppendRequest) -> AppendResult:
+    async def _lone(self, cur: Any, req: AppendRequest, *, snapshot: bool = False) -> AppendResult:
+        """The request's rows in one statement; with ``snapshot``, its snapshot too (a
+        topic without tags: the caller checks)."""
         n = len(req.rows)
         info = self.table_of(req.topic)
         params: tuple[Any, ...]
@@ -259,6 +276,9 @@ class AsyncAppender:
             sql = self._unnest_sql(info)
         if info.tags is not None:  # the tag index rows in the same statement
             sql = info.tags.pg_cte(sql)
+        if snapshot and req.snapshot is not None:  # and the snapshot, in the same statement
+            sql = self._with_snapshot(sql)
+            params += (req.topic, req.aggregate_id, *req.snapshot)
         try:
             await cur.execute(sql, params)
         except self.db.integrity_errors:
