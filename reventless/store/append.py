@@ -9,8 +9,8 @@ Offsets: SQLite serialises writers (``BEGIN IMMEDIATE``), so the next offset is 
 largest one plus one (``_offset`` is the rowid: an O(log n) lookup and no extra page to
 write). A lone request of up to a statement's worth of rows (a command's) is inserted
 with NULL offsets, which SQLite itself turns into exactly those (``lastrowid`` tells
-them): no lookup at all. PostgreSQL bumps the topic's counter row (``pgasync.py``). Retention must never
-delete a topic's newest row (SQLite derives the head from it).
+them): no lookup at all. PostgreSQL bumps the topic's counter row (``pgasync.py``).
+Retention must never delete a topic's newest row (SQLite derives the head from it).
 
 A request with a command id writes its ``rv_commands`` row (where it landed, the
 aggregate's version after it) in the same transaction; if the id is recorded already the
