@@ -197,9 +197,7 @@ class Notes(rv.Aggregate):
 
 
 @pytest.mark.parametrize("n", [1, 3, 4, 16])
-async def test_one_append_of_any_size_round_trips_every_kind_of_value(
-    any_url: str, n: int
-) -> None:
+async def test_one_append_of_any_size_round_trips_every_kind_of_value(any_url: str, n: int) -> None:
     """A lone append (one statement on PostgreSQL: values bound one by one up to 3 rows,
     as column arrays beyond) stores bytes, bools, floats, text and JSON, nulls included."""
     app = rv.App(store=any_url)
