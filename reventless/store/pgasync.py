@@ -44,6 +44,7 @@ from .append import (
 from .database import Database, write_error
 from .dcb import guarded, pg_guard
 from .schedules import write_statements
+from .tagindex import split_append
 
 #: Up to this many rows, one statement reserves the offsets and inserts (a CTE).
 _CTE_ROWS = 16
@@ -213,9 +214,7 @@ class AsyncAppender:
         key = (sql, -1)
         out = self._cte.get(key)
         if out is None:
-            head, sep, insert = sql.partition(") INSERT INTO ")
-            if not sep or not insert.endswith(" RETURNING _offset"):
-                raise AssertionError(f"unexpected append statement: {sql[:80]}")
+            head, insert = split_append(sql)
             out = self._cte[key] = (
                 f"{head}), ins AS (INSERT INTO {insert}), "
                 f"sn AS ({snapshot_sql(self.db)}) SELECT _offset FROM ins"

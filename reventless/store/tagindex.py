@@ -77,9 +77,7 @@ class TagIndex:
         the inserted ``_tags`` in the same statement (still one atomic round trip)."""
         out = self._cte.get(sql)
         if out is None:
-            head, sep, insert = sql.partition(") INSERT INTO ")
-            if not sep or not insert.endswith(" RETURNING _offset"):
-                raise AssertionError(f"unexpected append statement: {sql[:80]}")
+            head, insert = split_append(sql)
             out = self._cte[sql] = (
                 f"{head}), ins AS (INSERT INTO {insert}, _type, _tags), "
                 f"tg AS (INSERT INTO {self.quoted} (tag, _offset, _type) "
@@ -88,6 +86,16 @@ class TagIndex:
                 "SELECT _offset FROM ins"
             )
         return out
+
+
+def split_append(sql: str) -> tuple[str, str]:
+    """PostgreSQL's one-statement append ``WITH h AS (...) INSERT INTO ... RETURNING
+    _offset`` as its CTE head (without the closing parenthesis) and its INSERT (without
+    ``INSERT INTO``): what a caller adds more data-modifying CTEs between."""
+    head, sep, insert = sql.partition(") INSERT INTO ")
+    if not sep or not insert.endswith(" RETURNING _offset"):
+        raise AssertionError(f"unexpected append statement: {sql[:80]}")
+    return head, insert
 
 
 def create_tag_index(db: Database, conn: Connection, topic: TopicDef, topic_table: str) -> None:

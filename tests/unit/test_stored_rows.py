@@ -76,3 +76,38 @@ def test_require_sql_names_what_needs_it() -> None:
 
     with pytest.raises(StoreError, match="Spark needs the SQL store, not Other"):
         require_sql(Other(), "Spark")  # type: ignore[arg-type]
+
+
+def test_event_rows_are_stored_rows_built_in_one_pass() -> None:
+    """``event_rows`` (the per-command hot path) lays the columns out as ``stored_rows``."""
+    import reventless as rv
+    from reventless.topicdef import event_rows
+
+    class Moved(rv.Event):
+        x: int
+        note: str | None = None
+
+    class Parked(rv.Event):
+        pass
+
+    events: list[rv.Event] = [Moved(x=1), Parked(), Moved(x=3, note="n")]
+    encoders = {
+        "Moved": lambda e: (e.x, e.note),
+        "Parked": lambda e: (None, None),
+    }
+    ids = ["id-1", "id-2", "id-3"]
+    context = ("corr", "cause", "ada", "svc", "10.0.0.1", "acme", "00-trace")
+    fast = event_rows(99, ids, context, "agg-1", 4, 2, events, encoders)
+    entries = [
+        (
+            "agg-1",
+            5 + i,
+            type(e).event_type,
+            type(e).schema_version,
+            2,
+            encoders[type(e).event_type](e),
+        )
+        for i, e in enumerate(events)
+    ]
+    assert fast == stored_rows(99, ids, context, entries)
+    assert [r[VERSION_AT - 1] for r in fast] == [5, 6, 7]  # (rows lack _offset)
