@@ -73,7 +73,24 @@ async def test_revenue_per_sku_per_hour_streams_as_the_fold_of_the_log(
 
 
 def _parquet_rows(path: Path) -> int:
+    """Rows in the files the stream has committed: those its sink log (``_spark_metadata``,
+    written atomically after each batch) lists. A part file still being written is in
+    the directory already, maybe empty, and is not counted."""
+    import json
+    from urllib.parse import unquote, urlparse
+
     import pyarrow.dataset as ds
 
-    files = [str(p) for p in path.glob("date=*/*.parquet")]
-    return ds.dataset(files, format="parquet").count_rows() if files else 0
+    files: set[str] = set()
+    log = path / "_spark_metadata"
+    for entry in sorted(log.iterdir()) if log.is_dir() else []:
+        if entry.name.startswith("."):  # a log file being written (renamed when done)
+            continue
+        for line in entry.read_text().splitlines()[1:]:  # the first line is the version
+            item = json.loads(line)
+            target = unquote(urlparse(item["path"]).path)
+            if item.get("action", "add") == "add":
+                files.add(target)
+            else:
+                files.discard(target)
+    return ds.dataset(sorted(files), format="parquet").count_rows() if files else 0
