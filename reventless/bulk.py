@@ -80,7 +80,6 @@ class BulkExecute:
 
     if TYPE_CHECKING:
         name: str
-        options: LogOptions
         _turns: Turns
         _cache: OrderedDict[str, Any]
         _state_fingerprint: str
@@ -89,11 +88,10 @@ class BulkExecute:
         def store(self) -> Store: ...
         @property
         def schema(self) -> TopicSchema: ...
-        @property
-        def snapshots(self) -> bool: ...
         def check_tenant(self, tenant: str | None) -> str | None: ...
 
         def _check_events(self, events: Sequence[Event]) -> None: ...
+        def _snapshot_due(self, before: int, after: int) -> bool: ...
         async def _load_fresh(self, aggregate_id: str) -> Any: ...
         async def _snapshot_after_append(
             self, aggregate_id: str, before: int, after: int
@@ -286,9 +284,8 @@ class BulkExecute:
         with the snapshot they make due. Each command's rows are its own (correlated by
         its first event, ``_row_idx`` from 0), as ``execute`` would store them."""
         base = runs[0][1]
-        every = self.options.snapshot_every
         snapshot = None
-        if every and agg.version // every > base // every and self.snapshots:
+        if self._snapshot_due(base, agg.version):
             snapshot = (agg.version, self._state_fingerprint, agg.model_dump_json())
         rows: list[tuple[Any, ...]] = []
         for _, version, events in runs:

@@ -180,27 +180,25 @@ class EventLog(Topic, BulkExecute, Generic[A]):
             await self._save_snapshot(agg)
         return agg.version
 
+    def _snapshot_due(self, before: int, after: int) -> bool:
+        """The snapshot policy: going from version ``before`` to ``after`` crosses a
+        multiple of ``snapshot_every`` (on a log that takes snapshots)."""
+        every = self.options.snapshot_every
+        return bool(every) and after // every > before // every and self.snapshots
+
     async def _snapshot_after_append(self, aggregate_id: str, before: int, after: int) -> None:
         """``append``'s share of the snapshot policy: when the append crossed a multiple of
         ``snapshot_every``, fold the aggregate (from its last snapshot) and store one."""
-        every = self.options.snapshot_every
-        if every and after // every > before // every and self.snapshots:
+        if self._snapshot_due(before, after):
             agg = self._cache.get(aggregate_id)
             if agg is None or agg.version != after:
                 agg = await self._load_fresh(aggregate_id)
             if agg.version == after:  # else another writer moved on: its turn to snapshot
                 await self._save_snapshot(agg)
 
-    async def _snapshot_of(
-        self, agg: A, events: Sequence[Event]
-    ) -> tuple[A | None, tuple[int, str, str] | None]:
-        """When appending ``events`` to ``agg`` crosses a multiple of ``snapshot_every``:
-        a copy of ``agg`` with the events applied, and its snapshot ``(version,
-        fingerprint, state)`` for the append to store; else ``(None, None)``."""
-        every = self.options.snapshot_every
-        base = agg.version
-        if not every or (base + len(events)) // every == base // every or not self.snapshots:
-            return None, None
+    async def _snapshot_of(self, agg: A, events: Sequence[Event]) -> tuple[A, tuple[int, str, str]]:
+        """A copy of ``agg`` with ``events`` applied, and its snapshot ``(version,
+        fingerprint, state)`` for the append to store (a snapshot is due: ``_snapshot_due``)."""
         after = agg.model_copy(deep=True)
         for e in events:
             after.apply(e)
@@ -489,9 +487,9 @@ class EventLog(Topic, BulkExecute, Generic[A]):
             if personal:
                 rows = await sealed(self.store, self.schema, rows)
             # A snapshot due after these events is stored in their transaction.
-            after, snapshot = None, None
-            every = opts.snapshot_every
-            if every and (base + len(events)) // every > base // every:
+            after: A | None = None
+            snapshot: tuple[int, str, str] | None = None
+            if self._snapshot_due(base, base + len(events)):
                 after, snapshot = await self._snapshot_of(agg, events)
             try:
                 with telemetry.appending(self.name, len(rows), self.store.dialect):
@@ -554,8 +552,10 @@ class EventLog(Topic, BulkExecute, Generic[A]):
         """Execute a batch of ``(aggregate_id, command)`` or ``(aggregate_id, command,
         command_id)`` items; results in input order.
 
-        Commands on one aggregate run in the given order, others concurrently, so their
-        appends share transactions. A rejection is returned as a value in its slot;
+        Commands on one aggregate run in the given order. A window of up to 1,000 is
+        decided in one go and appended together, one append per aggregate (``bulk.py``);
+        commands that cannot go that way (a ``command_id``, schedules, a stale state) run
+        one by one after it, others concurrently. A rejection is returned as a value in its slot;
         any other error is raised after the batch has settled. A ``command_id`` works as
         in ``execute``: resending a batch after a crash answers the commands that landed
         with their original outcome (``duplicate=True``) and runs only the others.
