@@ -151,35 +151,31 @@ def _raw_rows(where: Where, n_tx: int, per: int, synchronous: str = "FULL") -> f
 # -- 4. many new aggregates at once -------------------------------------------------------------
 
 
-async def _rv_many_new(where: Where, calls: int, per_call: int) -> float:
+async def new_aggregates(
+    log: rv.EventLog[Counter], bulk: str, call: int, per_call: int
+) -> list[Any]:
+    """One call creating ``per_call`` new aggregates of one event each: ``execute_many``
+    (commands) or ``append_many`` (the bulk path without commands, what
+    ``app.save(*aggregates)`` does for eventsourcing)."""
+    if bulk == "execute_many":
+        return await log.execute_many((f"new-{call}-{i}", Increment(by=1)) for i in range(per_call))
+    got = await log.append_many(
+        (f"new-{call}-{i}", [Incremented(by=1)], 0) for i in range(per_call)
+    )
+    return list(got)
+
+
+async def _rv_many_new(where: Where, calls: int, per_call: int, bulk: str) -> float:
     app = _app(where)
     log = app.event_log(Counter)
     async with app:
         await log.execute("warm", Increment(by=1))
         t0 = perf()
         for c in range(calls):
-            got = await log.execute_many((f"new-{c}-{i}", Increment(by=1)) for i in range(per_call))
-            check(len(got) == per_call, "reventless many_new results")
+            got = await new_aggregates(log, bulk, c, per_call)
+            check(len(got) == per_call, f"reventless {bulk} results")
         dt = perf() - t0
-        check(await rv_count(app) == calls * per_call + 1, "reventless many_new count")
-    return calls * per_call / dt
-
-
-async def _rv_many_append(where: Where, calls: int, per_call: int) -> float:
-    """The bulk path without commands (``append_many``): what ``app.save(*aggregates)``
-    does for eventsourcing."""
-    app = _app(where)
-    log = app.event_log(Counter)
-    async with app:
-        await log.execute("warm", Increment(by=1))
-        t0 = perf()
-        for c in range(calls):
-            got = await log.append_many(
-                (f"new-{c}-{i}", [Incremented(by=1)], 0) for i in range(per_call)
-            )
-            check(len(got) == per_call, "reventless many_append results")
-        dt = perf() - t0
-        check(await rv_count(app) == calls * per_call + 1, "reventless many_append count")
+        check(await rv_count(app) == calls * per_call + 1, f"reventless {bulk} count")
     return calls * per_call / dt
 
 
@@ -469,7 +465,7 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             f"{per_call} new aggregates per call, {calls} calls (`execute_many`)",
             "events/s",
             {
-                "reventless": arun(_rv_many_new, calls, per_call),
+                "reventless": arun(_rv_many_new, calls, per_call, "execute_many"),
                 "eventsourcing": lambda p: _es_many_new(p, calls, per_call),
                 "raw": lambda p: _raw_many_new(p, calls, per_call),
             },
@@ -481,7 +477,7 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             f"{per_call} new aggregates per call, {calls} calls (`append_many`)",
             "events/s",
             {
-                "reventless": arun(_rv_many_append, calls, per_call),
+                "reventless": arun(_rv_many_new, calls, per_call, "append_many"),
                 "eventsourcing": lambda p: _es_many_new(p, calls, per_call),
                 "raw": lambda p: _raw_many_new(p, calls, per_call),
             },

@@ -20,13 +20,14 @@ import re
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import reventless as rv
 
 from .blocks import put_block
-from .core import count_catch_up
-from .specs import Counter, Increment, Incremented
+from .core import count_catch_up, new_aggregates
+from .specs import Counter, Increment
 from .workloads import rv_preload
 
 PROFILES = Path(__file__).resolve().parent / "profiles"
@@ -87,7 +88,9 @@ async def in_flight(path: Path, prof: cProfile.Profile | None) -> tuple[int, flo
         return workers * per, stop()
 
 
-async def execute_many(path: Path, prof: cProfile.Profile | None) -> tuple[int, float]:
+async def _new_aggregates(
+    bulk: str, path: Path, prof: cProfile.Profile | None
+) -> tuple[int, float]:
     app, calls, per = _app(path), 10, 1000
     log = app.event_log(Counter)
     async with app:
@@ -95,19 +98,7 @@ async def execute_many(path: Path, prof: cProfile.Profile | None) -> tuple[int, 
         start, stop = _timed(prof)
         start()
         for c in range(calls):
-            await log.execute_many((f"n-{c}-{i}", Increment(by=1)) for i in range(per))
-        return calls * per, stop()
-
-
-async def append_many(path: Path, prof: cProfile.Profile | None) -> tuple[int, float]:
-    app, calls, per = _app(path), 10, 1000
-    log = app.event_log(Counter)
-    async with app:
-        await log.execute("warm", Increment(by=1))
-        start, stop = _timed(prof)
-        start()
-        for c in range(calls):
-            await log.append_many((f"n-{c}-{i}", [Incremented(by=1)], 0) for i in range(per))
+            await new_aggregates(log, bulk, c, per)
         return calls * per, stop()
 
 
@@ -125,8 +116,14 @@ async def catch_up(path: Path, prof: cProfile.Profile | None) -> tuple[int, floa
 WORKLOADS: dict[str, tuple[str, Work]] = {
     "sequential": ("sequential commands, 1 event each (`execute`)", sequential),
     "in_flight": ("64 commands in flight (`execute`, group commit)", in_flight),
-    "execute_many": ("1000 new aggregates per call (`execute_many`)", execute_many),
-    "append_many": ("1000 new aggregates per call (`append_many`)", append_many),
+    "execute_many": (
+        "1000 new aggregates per call (`execute_many`)",
+        partial(_new_aggregates, "execute_many"),
+    ),
+    "append_many": (
+        "1000 new aggregates per call (`append_many`)",
+        partial(_new_aggregates, "append_many"),
+    ),
     "catch_up": ("collector catch-up, counting handler (per event)", catch_up),
 }
 
