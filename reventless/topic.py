@@ -112,8 +112,9 @@ class Topic:
         text, a forgotten subject's as ``"[erased]"``; ``sealed=True`` leaves them as
         stored (what exports and segments hold)."""
         schema = self.schema
-        async for rows in self._pages(from_offset, batch_size, upto):
-            batch = schema.to_arrow(rows)
+        pages = self.store.stream_columns(self.name, from_offset, batch_size, upto=upto)
+        async for page in pages:
+            batch = schema.to_arrow(page) if isinstance(page, list) else schema.from_storage(page)
             if schema.personal and not sealed:
                 batch = await self.store.keyring.open_batch(schema, batch)
             yield batch

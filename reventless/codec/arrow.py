@@ -71,6 +71,10 @@ def _recast(a: Any, t: Any) -> Any:
     return a if a.type.equals(t) else a.cast(t)
 
 
+def _cast(a: Any, t: Any) -> Any:
+    return a.cast(t)
+
+
 @dataclass(frozen=True, slots=True)
 class _Leaf:
     """How one family of scalar Arrow types is stored in SQL and carried in JSON."""
@@ -82,6 +86,9 @@ class _Leaf:
     enc: _Conv | None = None  # row-dict value -> SQL value (None: as is)
     dec: _Conv | None = None  # SQL value -> row-dict value
     js: tuple[_Conv, _Conv] | None = None  # (JSON value -> Arrow value, and back) inside JSON
+    #: (stored column as Arrow, type) -> array without Python values (an Arrow-native read);
+    #: None: through ``to_arrow`` of the column's values
+    native: Callable[[Any, Any], Any] | None = None
 
 
 def _ts_text(a: Any) -> list[Any]:
@@ -92,11 +99,11 @@ def _ts_text(a: Any) -> list[Any]:
 
 
 _LEAVES: dict[str, _Leaf] = {
-    "int": _Leaf(pa.types.is_integer, "int"),
-    "float": _Leaf(pa.types.is_floating, "float"),
-    "bool": _Leaf(pa.types.is_boolean, "bool", lambda vs, t: _bools(vs), dec=bool),
-    "str": _Leaf(_is_str, "text"),
-    "bin": _Leaf(_is_bin, "blob", dec=lambda v: v if type(v) is bytes else bytes(v)),
+    "int": _Leaf(pa.types.is_integer, "int", native=_cast),
+    "float": _Leaf(pa.types.is_floating, "float", native=_cast),
+    "bool": _Leaf(pa.types.is_boolean, "bool", lambda vs, t: _bools(vs), dec=bool, native=_cast),
+    "str": _Leaf(_is_str, "text", native=_cast),
+    "bin": _Leaf(_is_bin, "blob", dec=lambda v: v if type(v) is bytes else bytes(v), native=_cast),
     "ts": _Leaf(
         pa.types.is_timestamp,
         "text",
@@ -105,6 +112,7 @@ _LEAVES: dict[str, _Leaf] = {
         _dt_text,
         datetime.fromisoformat,
         (datetime.fromisoformat, _dt_text),
+        lambda a, t: _recast(a.cast(pa.string()).cast(_TS), t),
     ),
     "date": _Leaf(
         pa.types.is_date,
@@ -114,6 +122,7 @@ _LEAVES: dict[str, _Leaf] = {
         date.isoformat,
         date.fromisoformat,
         (date.fromisoformat, date.isoformat),
+        lambda a, t: _recast(a.cast(pa.string()).cast(pa.date32()), t),
     ),
     "time": _Leaf(
         pa.types.is_time,
@@ -132,6 +141,7 @@ _LEAVES: dict[str, _Leaf] = {
         lambda v: str(v if isinstance(v, Decimal) else Decimal(str(v))),
         Decimal,
         (lambda v: Decimal(v if isinstance(v, str) else str(v)), str),
+        lambda a, t: a.cast(pa.string()).cast(t),
     ),
     "dur": _Leaf(
         pa.types.is_duration,
@@ -141,6 +151,7 @@ _LEAVES: dict[str, _Leaf] = {
         _td_micros,
         lambda n: timedelta(microseconds=n),
         (_TD.validate_python, lambda v: _TD.dump_python(v, mode="json")),
+        lambda a, t: _recast(a.cast(pa.int64()).cast(_US), t),
     ),
 }
 
@@ -254,32 +265,90 @@ class _ColCodec:
     from_arrow: Callable[[Any], list[Any]]  # Arrow array -> SQL values
     enc: _Conv | None  # row-dict value -> SQL value (schema topics); None: as is
     dec: _Conv | None  # SQL value -> row-dict value
+    #: The stored column as Arrow (an ADBC read: whatever type the driver gave it) -> the
+    #: topic's array, the same as ``to_arrow`` of its values
+    from_storage: Callable[[Any], Any]
+
+
+#: Arrow types a driver may give a column of each SQL kind (SQLite: by the values' storage
+#: classes; booleans as integers, a column of only NULLs as int64).
+_STORED: dict[str, Callable[[Any], bool]] = {
+    "int": lambda t: pa.types.is_integer(t) or pa.types.is_boolean(t),
+    "bool": lambda t: pa.types.is_integer(t) or pa.types.is_boolean(t),
+    "float": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
+    "text": _is_str,
+    "json": _is_str,
+    "blob": _is_bin,
+}
+
+
+def _from_storage(
+    t: Any, kind: SqlKind, to_arrow: Callable[[Sequence[Any]], Any], native: _Conv | None
+) -> Callable[[Any], Any]:
+    """``_ColCodec.from_storage``: Arrow casts where the stored type is the kind's own and
+    ``native`` says how, else ``to_arrow`` of the Python values."""
+    stored = _STORED[kind]
+
+    def convert(a: Any) -> Any:
+        if a.null_count == len(a):
+            return pa.nulls(len(a), t)
+        if native is not None and stored(a.type):
+            try:
+                return native(a)
+            except _ARROW_ERRORS:
+                pass  # the values' own conversion says what is wrong with them, if anything
+        return to_arrow(a.to_pylist())
+
+    return convert
 
 
 def _col_codec(t: Any, kind: SqlKind) -> _ColCodec:
     if kind == "json" and _is_str(t):  # Any / unions: the Arrow column holds the JSON text
-        return _ColCodec(partial(pa.array, type=t), _pylist, _dumps, _loads)
+        as_text = partial(pa.array, type=t)
+        text = _from_storage(t, kind, as_text, partial(_cast, t=t))
+        return _ColCodec(as_text, _pylist, _dumps, _loads, text)
     if kind == "json":
         p, j = _json_conv(t, None)
         load: _Conv = _loads if p is None else (lambda s: p(_loads(s)))
         dump: _Conv = _dumps if j is None else (lambda v: _dumps(j(v)))
         # maps_as_pydicts makes to_pylist ~30x slower: only ask for it when there is a map
         dicts = "strict" if "map<" in _type_text(t) else None
+
+        def loads(vs: Sequence[Any]) -> Any:
+            return pa.array([None if v is None else load(v) for v in vs], t)
+
         return _ColCodec(
-            lambda vs: pa.array([None if v is None else load(v) for v in vs], t),
+            loads,
             lambda a: [None if v is None else dump(v) for v in a.to_pylist(maps_as_pydicts=dicts)],
             dump,
             load,
+            _from_storage(t, kind, loads, None),
         )
     if pa.types.is_timestamp(t) and kind == "int":  # _produced_at: epoch microseconds
+
+        def micros(vs: Sequence[Any]) -> Any:
+            return _recast(pa.array(vs, _TS), t)
+
         return _ColCodec(
-            lambda vs: _recast(pa.array(vs, _TS), t),
+            micros,
             lambda a: a.cast(_TS).cast(pa.int64()).to_pylist(),
             None,
             None,
+            _from_storage(t, kind, micros, lambda a: _recast(a.cast(pa.int64()).cast(_TS), t)),
         )
     leaf = _LEAVES[_family(t)]
-    return _ColCodec(lambda vs: leaf.to_arrow(vs, t), leaf.from_arrow, leaf.enc, leaf.dec)
+
+    def values(vs: Sequence[Any]) -> Any:
+        return leaf.to_arrow(vs, t)
+
+    native = leaf.native
+    return _ColCodec(
+        values,
+        leaf.from_arrow,
+        leaf.enc,
+        leaf.dec,
+        _from_storage(t, kind, values, None if native is None else lambda a: native(a, t)),
+    )
 
 
 def _fits(src: Any, dst: Any) -> bool:

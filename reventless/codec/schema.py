@@ -386,6 +386,26 @@ class TopicSchema:
                 raise SchemaMismatchError(f"{what}: NOT NULL column {f.name!r} has nulls")
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
+    def from_storage(self, stored: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
+        """The stored columns read as Arrow (an ADBC driver's result, in storage order: the
+        types the driver gave them) -> the same batch ``to_arrow`` makes of those rows."""
+        what, width = f"topic {self.name!r}", len(self._codecs)
+        if stored.num_columns != width:
+            raise SchemaMismatchError(
+                f"{what}: rows have {stored.num_columns} values, expected {width}"
+            )
+        arrays = []
+        for f, codec, col in zip(self._schema, self._codecs, stored.columns, strict=True):
+            if isinstance(col, pa.ChunkedArray):
+                col = col.combine_chunks()
+            try:
+                arrays.append(codec.from_storage(col))
+            except _ARROW_ERRORS as exc:
+                raise SchemaMismatchError(f"{what}: column {f.name!r}: {exc}") from exc
+            if not f.nullable and arrays[-1].null_count:
+                raise SchemaMismatchError(f"{what}: NOT NULL column {f.name!r} has nulls")
+        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
     def from_arrow_rows(
         self, data: pa.RecordBatch | pa.Table, *, with_meta: bool, fill_missing: bool = False
     ) -> list[tuple[Any, ...]]:

@@ -1,5 +1,6 @@
 """Collectors: read models, event mappers (sagas) and side-effect handlers."""
 
+from .batch import EventBatch
 from .collector import Collector
 from .component import Delete, EventMapper, ReadModel, Send, SideEffectHandler, Upsert
 from .deadletter import DeadLetter, RedriveReport
@@ -10,6 +11,7 @@ __all__ = [
     "CollectorOptions",
     "DeadLetter",
     "Delete",
+    "EventBatch",
     "EventMapper",
     "ReadModel",
     "RedriveReport",

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .. import telemetry
 from ..broker import Broker, Message, Subscription, capabilities_of
-from ..codec import OFFSET_AT, PARTITION_AT, TRACE_AT, TYPE_AT
+from ..codec import OFFSET_AT, PARTITION_AT, TYPE_AT
 from ..codec.ipc import decode_batch
 from ..deadletter import DeadLetter, RedriveReport
 from ..decode import envelope_of, opened
@@ -40,6 +40,7 @@ from ..store.port import Store
 from ..store.readmodel import RowTable
 from ..topicdef import TopicDef
 from . import deadletter
+from .batch import Page, after, first_offset, last_offset, rows_of, traces
 from .component import Component, HandlerSpec
 from .groups import LeasedGroup
 from .livebatch import Run
@@ -60,10 +61,6 @@ def failures(failed: Sequence[tuple[Envelope[Any], str, int]]) -> list[Failure]:
         Failure(ev.topic, ev.offset, ev.aggregate_id, ev.msg_id, ev.type, err, n)
         for ev, err, n in failed
     ]
-
-
-def _traces(rows: list[StoredRow]) -> list[str | None]:
-    return [r[TRACE_AT] for r in rows]
 
 
 Part = tuple[str, int]  # (topic, partition)
@@ -119,6 +116,9 @@ class Collector:
         #: with the retained horizon (the last deleted offset).
         self.resnapshot_required: dict[Part, int] = {}
         self.parked: set[tuple[str, str]] = set()
+        #: Topics whose pages are read as Arrow columns where the store can (their
+        #: handlers take ``EventBatch``es): ``process_page`` then gets an Arrow table.
+        self.columnar: set[str] = set()
         self.processed = 0
         self._lock = asyncio.Lock()
         self._running = asyncio.Event()
@@ -395,8 +395,13 @@ class Collector:
         """Process partition ``key`` from its checkpoint to the head (or ``upto``), a page
         per transaction. While a full page is handled and committed, the next one is read
         (reader thread or connection): reading overlaps handling instead of adding to it.
-        A page read ahead is used only if the checkpoint ends where it starts."""
-        ahead: tuple[int, asyncio.Task[tuple[list[StoredRow], int]]] | None = None
+        A topic of one partition read whole has gapless offsets, so the page after that
+        is known too and read at the same time (two reader threads). A page read ahead is
+        used only if the checkpoint ends where it starts."""
+        topic = key[0]
+        size = self.options.page_size
+        depth = 2 if self.topics[topic].partitions == 1 and topic not in self.filters else 1
+        ahead: dict[int, asyncio.Task[tuple[Page, int]]] = {}
         try:
             while key not in self.resnapshot_required:
                 await self._wait_running()
@@ -405,37 +410,39 @@ class Collector:
                 cp = self.checkpoints[key]
                 if upto is not None and cp >= upto:
                     return
-                if ahead is not None and ahead[0] == cp + 1:
-                    rows, through = await ahead[1]
+                task = ahead.pop(cp + 1, None)
+                for start in [s for s in ahead if s <= cp + 1]:
+                    await _drop(ahead.pop(start))
+                if task is not None:
+                    rows, through = await task
                 else:
-                    if ahead is not None:
-                        await _drop(ahead[1])
                     rows, through = await self._read_page(key, cp + 1, upto)
-                ahead = None
+                if len(rows) >= size and (upto is None or through < upto):
+                    for k in range(depth):
+                        start = through + 1 + k * size
+                        if start not in ahead and (upto is None or start <= upto):
+                            read = self._read_page(key, start, upto)
+                            ahead[start] = asyncio.ensure_future(read)
                 # After the read: a retention that committed before it shows here too.
                 if await self._overtaken(key, cp):
                     return
                 if through <= cp:
                     return
-                if len(rows) >= self.options.page_size and (upto is None or through < upto):
-                    nxt = asyncio.ensure_future(self._read_page(key, through + 1, upto))
-                    ahead = (through + 1, nxt)
                 await self._process_rows(key, [rows], through=through)
         finally:
-            if ahead is not None:
-                await _drop(ahead[1])
+            for task in ahead.values():
+                await _drop(task)
 
-    async def _read_page(
-        self, key: Part, start: int, upto: int | None
-    ) -> tuple[list[StoredRow], int]:
+    async def _read_page(self, key: Part, start: int, upto: int | None) -> tuple[Page, int]:
         """A page of partition ``key`` from offset ``start`` that this collector reads (its
         ``where=`` filter evaluated by the store), and the offset the read got through."""
         topic, partition = key
         part = None if self.topics[topic].partitions == 1 else partition
         page, f = self.options.page_size, self.filters.get(topic)
         if f is None:
-            rows = await self.store.read(topic, start, page, upto=upto, partition=part)
-            return rows, (rows[-1][OFFSET_AT] if rows else start - 1)
+            read = self.store.read_columns if topic in self.columnar else self.store.read
+            rows = await read(topic, start, page, upto=upto, partition=part)
+            return rows, (last_offset(rows) if len(rows) else start - 1)
         return await self.store.read_matching(
             topic, start, page, f.clause(self.store.dialect), upto=upto, partition=part
         )
@@ -507,7 +514,7 @@ class Collector:
         ) and all(topic.partitions == 1 for topic in self.topics.values())
 
     async def _process_rows(
-        self, key: Part, pages: Iterable[list[StoredRow]], *, through: int | None = None
+        self, key: Part, pages: Iterable[Page], *, through: int | None = None
     ) -> None:
         """Handle ``pages`` of rows (offset order) and move the checkpoint to the last of
         them, or to ``through`` when the run went further (rows the predicate filtered
@@ -515,19 +522,19 @@ class Collector:
         cost more in cyclic GC passes (~3 us/event) than decoding them does."""
         topic, partition = key
         chunks = iter(pages)  # each at most a page: Run.pages and the store reads cut them
-        chunk = next(chunks, [])
+        chunk: Page = next(chunks, [])
         following = next(chunks, None)
         while key in self.checkpoints:  # not a leased partition lost meanwhile
             cp = self.checkpoints[key]
-            if chunk and chunk[0][OFFSET_AT] <= cp:  # a moved checkpoint covers some
-                chunk = [r for r in chunk if r[OFFSET_AT] > cp]
-            end = chunk[-1][OFFSET_AT] if chunk else cp
+            if len(chunk) and first_offset(chunk) <= cp:  # a moved checkpoint covers some
+                chunk = after(chunk, cp)
+            end = last_offset(chunk) if len(chunk) else cp
             if following is None and through is not None:
                 end = max(end, through)
             if end > cp:
                 try:
                     with telemetry.batch(
-                        self, topic, partition, len(chunk), end, partial(_traces, chunk)
+                        self, topic, partition, len(chunk), end, partial(traces, chunk)
                     ):
                         await self.process_page(topic, partition, chunk, end)
                 except CheckpointMovedError as moved:
@@ -555,12 +562,11 @@ class Collector:
         self.checkpoints[key] = moved.stored
         return True
 
-    async def process_page(
-        self, topic: str, partition: int, rows: list[StoredRow], checkpoint: int
-    ) -> None:
+    async def process_page(self, topic: str, partition: int, page: Page, checkpoint: int) -> None:
         """Handle one page of stored rows (offset order) and durably move the partition's
         checkpoint to ``checkpoint``: decodes the rows it has handlers for, then
         ``process``."""
+        rows = rows_of(page)
         handlers = self.dispatch.get(topic, {})
         schema = self.topics[topic].schema
         wildcard = "*" in handlers

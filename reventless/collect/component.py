@@ -37,6 +37,8 @@ class HandlerSpec:
     wants_current: bool = False
     key: KeyFn = default_key
     is_async: bool = False
+    #: Takes an ``EventBatch`` (``SideEffectHandler.on_batch``), not one envelope.
+    batch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +239,39 @@ class SideEffectHandler(Component):
             raise SpecError(f"{name}: max_attempts must be >= 1")
         self.max_attempts = max_attempts
         self.backoff = backoff
+
+    def on_batch(self, *events: type[Event]) -> Callable[[_F], _F]:
+        """Register the decorated function for ``events`` (all of one EventLog): it is
+        called with an ``rv.EventBatch`` of every such event of a page (``page_size``),
+        in offset order, instead of once per event.
+
+        It is that log's only handler here. A batch that raises is tried again whole (up
+        to ``max_attempts``), then each of its events is dead-lettered; a redrive calls it
+        with a batch of one. Where the store reads Arrow natively (the ``arrow`` extra),
+        a catch-up hands it pages that never became Python rows.
+
+        Example::
+
+            @counter.on_batch(Incremented)
+            async def _(batch: rv.EventBatch[Incremented]) -> None:
+                totals["by"] += pc.sum(batch.arrow.column("by")).as_py()
+        """
+        if not events:
+            raise SpecError(f"{self.name}: @on_batch needs at least one event class")
+        for e in events:
+            if not (isinstance(e, type) and issubclass(e, Event)):
+                raise SpecError(f"{self.name}: @on_batch expects Event classes, got {e!r}")
+
+        def register(fn: _F) -> _F:
+            spec = self._spec(fn, None)
+            spec = HandlerSpec(fn=fn, is_async=spec.is_async, batch=True)
+            for e in events:
+                if e in self.handlers:
+                    raise SpecError(f"{self.name}: two handlers for {e.__name__}")
+                self.handlers[e] = spec
+            return fn
+
+        return register
 
     def idempotency_key(self, ev: Envelope[Any]) -> str:
         """A key that is the same on every delivery of ``ev`` to this handler."""

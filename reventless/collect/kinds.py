@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 from .. import telemetry
+from ..codec import AGGREGATE_AT
 from ..errors import Rejected, SpecError, StoreError
 from ..eventlog import command_id_for
 from ..scheduling import Clock, ScheduleWrite, SystemClock, schedule_writes, to_us
@@ -16,6 +17,7 @@ from ..store.append import StoredRow
 from ..store.collector import Failure
 from ..store.readmodel import ReadModelStore, RowWriter
 from ..topicdef import partition_of
+from .batch import EventBatch, Page, event_batch, of_types, rows_of
 from .collector import Collector, Failed, LogResolver, failures
 from .component import (
     Delete,
@@ -304,7 +306,8 @@ class MapperCollector(_RetryingCollector):
 
 
 class SideEffectCollector(_RetryingCollector):
-    """Runs side effects at least once; failures retry with backoff, then dead-letter."""
+    """Runs side effects at least once; failures retry with backoff, then dead-letter.
+    A topic with a batch handler (``on_batch``) gets one call per page (``EventBatch``)."""
 
     def __init__(
         self,
@@ -319,6 +322,88 @@ class SideEffectCollector(_RetryingCollector):
         self.backoff = handler.backoff
         self.resolve = resolve
         self.clock = clock or SystemClock()
+        #: Per topic, its batch handler (the topic's only handler here).
+        self.batched: dict[str, HandlerSpec] = {}
+        for topic, handlers in self.dispatch.items():
+            specs = {id(s): s for s in handlers.values()}
+            batch = [s for s in specs.values() if s.batch]
+            if batch and len(specs) > 1:
+                raise SpecError(
+                    f"{self.name}: a batch handler is the only handler of its log "
+                    f"({topic!r} has {len(specs)})"
+                )
+            if batch:
+                self.batched[topic] = batch[0]
+                self.columnar.add(topic)
+
+    async def process_page(self, topic: str, partition: int, page: Page, checkpoint: int) -> None:
+        """A batch topic's page: its handler's types, minus parked aggregates' events
+        (dead-lettered behind their earlier letter), as one ``EventBatch``."""
+        spec = self.batched.get(topic)
+        if spec is None:
+            await super().process_page(topic, partition, page, checkpoint)
+            return
+        schema = self.topics[topic].schema
+        page = of_types(page, self.dispatch[topic].keys())
+        failed: Failed = []
+        if self.parked and len(page):
+            rows = rows_of(page)
+            held = [r for r in rows if (topic, r[AGGREGATE_AT]) in self.parked]
+            if held:
+                page = [r for r in rows if (topic, r[AGGREGATE_AT]) not in self.parked]
+                behind = await event_batch(self.store, schema, topic, partition, held)
+                reason = "parked behind an earlier dead letter of this aggregate"
+                failed += [(ev, reason, 0) for ev in behind]
+        if len(page):
+            batch = await event_batch(self.store, schema, topic, partition, page)
+            await self._attempt_batch(batch, spec, failed)
+        failed.sort(key=lambda f: f[0].offset)
+        await self.commit(topic, partition, checkpoint, failed=failed)
+        if failed:
+            telemetry.dead_lettered(self.name, topic, len(failed), failed[0][1])
+
+    async def _attempt_batch(
+        self, batch: EventBatch[Any], spec: HandlerSpec, failed: Failed
+    ) -> None:
+        """Call a batch handler, retrying the whole batch with backoff; when it gives up,
+        every event of the batch is dead-lettered (and its aggregate parked)."""
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                with telemetry.handling(self.name, batch.topic, batch.first_offset, None):
+                    await call(spec, batch)
+                return
+            except Exception as exc:
+                last = attempt == self.max_attempts or isinstance(exc, Rejected)
+                if not last:
+                    delay = self.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+                    await asyncio.sleep(delay)
+                    continue
+                if isinstance(exc, StoreError):
+                    raise  # the store failed, not the handler: the page is redone
+                log.warning(
+                    "%s gave up on a batch of %s events of %s from %s: %s",
+                    self.name,
+                    len(batch),
+                    batch.topic,
+                    batch.first_offset,
+                    exc,
+                    extra=telemetry.fields(self.name, topic=batch.topic),
+                )
+                for ev in batch:
+                    failed.append((ev, error_text(exc), attempt))
+                    self.park(ev)
+                return
+
+    async def redo(self, ev: Envelope[Any]) -> None:
+        """Handle one dead-lettered event again (a batch handler: a batch of one)."""
+        spec = self.batched.get(ev.topic)
+        if spec is None:
+            await super().redo(ev)
+            return
+        part = partition_of(ev.aggregate_id, self.topics[ev.topic].partitions)
+        rows = await self.store.read(ev.topic, ev.offset, 1)
+        schema = self.topics[ev.topic].schema
+        await call(spec, await event_batch(self.store, schema, ev.topic, part, rows))
 
     async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> list[ScheduleWrite]:
         """Run the side effect for ``ev``; the schedules it returned are stored with the

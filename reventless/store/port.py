@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+import pyarrow as pa
+
 from ..tags import Query
 from ..topicdef import TopicDef
 from .append import AppendRequest, AppendResult, CommandRecord, StoredRow
@@ -132,6 +134,28 @@ class EventStore(Protocol):
         self, topic: str, from_offset: int, page_size: int, *, upto: int | None = None
     ) -> AsyncIterator[list[StoredRow]]:
         """Pages of a topic from ``from_offset`` (server-side cursors where there are)."""
+        ...
+
+    async def read_columns(
+        self,
+        topic: str,
+        from_offset: int,
+        limit: int,
+        *,
+        upto: int | None = None,
+        partition: int | None = None,
+    ) -> pa.Table | list[StoredRow]:
+        """``read``, straight into Arrow where the backend can: an Arrow table of the
+        stored columns (storage order; what ``TopicSchema.from_storage`` takes), else the
+        rows."""
+        ...
+
+    def stream_columns(
+        self, topic: str, from_offset: int, page_size: int, *, upto: int | None = None
+    ) -> AsyncIterator[pa.Table | list[StoredRow]]:
+        """``stream`` with pages read straight into Arrow where the backend can: a page is
+        either an Arrow table of the stored columns (storage order; what
+        ``TopicSchema.from_storage`` takes) or a list of rows."""
         ...
 
     async def read_stream(

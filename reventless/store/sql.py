@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -37,6 +39,7 @@ from .append import (
     TableInfo,
     snapshot_sql,
 )
+from .arrowread import ArrowPages
 from .collector import SqlCollectorStore
 from .commands import CommandLookup
 from .database import Database
@@ -117,6 +120,8 @@ class SqlEventStore:
         #: The outbox relay's positions (``relay.py``).
         self.relay_positions = SqlRelayPositions(db, partial(heads_sync, db))
         self._keyring: Keyring | None = None
+        #: Pages read straight into Arrow where an ADBC driver is installed (``arrowread``).
+        self._arrow = ArrowPages(db)
 
     @property
     def keyring(self) -> Keyring:
@@ -146,6 +151,7 @@ class SqlEventStore:
     async def open(self) -> None:
         """Open the database and create the system tables if missing."""
         await self.db.open()
+        self._arrow = ArrowPages(self.db)
         await self.db.write(self._create_tables)
         if not self.db.is_sqlite:  # appends talk to PostgreSQL from the event loop
             from .pgasync import AsyncAppender
@@ -205,6 +211,7 @@ class SqlEventStore:
             await self._async.close()
             self._async = None
         await self._dcb.close()
+        self._arrow.close()
         await self.db.close()
 
     # -- topics ----------------------------------------------------------------------------
@@ -560,6 +567,67 @@ class SqlEventStore:
             sql += f" AND _offset <= {mark}"
             params += (upto,)
         return cursor_pages(self.db, sql + " ORDER BY _offset", params, page_size)
+
+    async def read_columns(
+        self,
+        topic: str,
+        from_offset: int,
+        limit: int,
+        *,
+        upto: int | None = None,
+        partition: int | None = None,
+    ) -> pa.Table | list[StoredRow]:
+        """``read``, straight into Arrow where the store can: the stored columns (storage
+        order, typed as the driver reads them: see ``TopicSchema.from_storage``), else
+        the rows."""
+        arrow = self._arrow
+        if arrow.available:
+            sql = f"{self._entry(topic).select_sql} WHERE _offset >= {int(from_offset)}"
+            if partition is not None:
+                sql += f" AND _partition = {int(partition)}"
+            if upto is not None:
+                sql += f" AND _offset <= {int(upto)}"
+            sql += f" ORDER BY _offset LIMIT {int(limit)}"
+            page = await asyncio.to_thread(arrow.page, sql, limit)
+            if page is not None:
+                return page
+        return await self.read(topic, from_offset, limit, upto=upto, partition=partition)
+
+    async def stream_columns(
+        self, topic: str, from_offset: int, page_size: int, *, upto: int | None = None
+    ) -> AsyncIterator[pa.Table | list[StoredRow]]:
+        """``stream`` up to the head (or ``upto``), each page as ``read_columns`` reads it.
+
+        After the first page, pages are ranges of offsets (a topic's offsets are gapless
+        past its retention horizon), so the next two are read at once: on two reader
+        threads, or two PostgreSQL connections."""
+        if not self._arrow.available:
+            async for rows in self.stream(topic, from_offset, page_size, upto=upto):
+                yield rows
+            return
+        end = await self.head(topic) if upto is None else upto
+        first = await self.read_columns(topic, from_offset, page_size, upto=end)
+        if len(first):
+            yield first
+        if len(first) < page_size:
+            return
+        last = first[-1][0] if isinstance(first, list) else first.column(0)[-1].as_py()
+        start = int(last) + 1
+        pending: deque[asyncio.Future[pa.Table | list[StoredRow]]] = deque()
+        try:
+            while start <= end or pending:
+                while len(pending) < 2 and start <= end:
+                    hi = min(end, start + page_size - 1)
+                    read = self.read_columns(topic, start, page_size, upto=hi)
+                    pending.append(asyncio.ensure_future(read))
+                    start = hi + 1
+                page = await pending.popleft()
+                if len(page):
+                    yield page
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def read_stream(
         self, topic: str, aggregate_id: str, after_version: int

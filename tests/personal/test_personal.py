@@ -289,3 +289,25 @@ async def test_a_subject_has_one_key_whoever_asks_first(shared_url: str, master_
         many = await theirs.keys_for([f"s{i}" for i in range(300)])  # several statements
         assert len({kid for kid, _ in many.values()}) == 300
         assert await mine.keys_for([f"s{i}" for i in range(300)]) == many
+
+
+async def test_a_batch_handler_sees_opened_then_erased_values(shared_url: str) -> None:
+    """A batch handler's Arrow columns and envelopes are opened like ``read_batches`` and
+    loads: the name in the clear, then erased once the subject is forgotten."""
+    app, customers = app_of(shared_url)
+    async with app:
+        await register_two(customers)
+        await app.forget("c-1")
+    got: list[tuple[list[Any], list[Any]]] = []
+    names = rv.SideEffectHandler("pd_batch")
+
+    @names.on_batch(Customer.event_classes[0])
+    def _(batch: rv.EventBatch[Any]) -> None:
+        got.append((batch.arrow.column("name").to_pylist(), [ev.event.name for ev in batch]))
+
+    later = rv.App(shared_url, service="pd-test")
+    later.event_log(Customer)
+    later.collect(names)
+    async with later:
+        await later.settle()
+    assert got == [(["[erased]", ALAN], [rv.ERASED, ALAN])]

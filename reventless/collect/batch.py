@@ -1,0 +1,154 @@
+"""Pages of a collector (rows or Arrow columns) and ``EventBatch``, what batch handlers get.
+
+A collector reads a page either as rows (``list[StoredRow]``) or, where every handler of
+the topic takes batches and the store reads Arrow natively, as an Arrow table of the
+stored columns. The helpers here answer the same questions of both (offsets, traces,
+what comes after a checkpoint) so the catch-up loop does not care which it holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..codec import OFFSET_AT, TRACE_AT, TYPE_AT
+from ..decode import envelope_of, opened
+from ..spec import Envelope, Event
+from ..store.append import StoredRow
+
+if TYPE_CHECKING:
+    from ..codec import TopicSchema
+    from ..store.port import Store
+
+E = TypeVar("E", bound=Event)
+
+#: One page of a topic partition: rows, or its stored columns as Arrow (``read_columns``).
+Page: TypeAlias = "list[StoredRow] | pa.Table"
+
+
+def first_offset(page: Page) -> int:
+    """The offset of the page's first row (the page is not empty)."""
+    return int(page[0][OFFSET_AT] if isinstance(page, list) else page.column(OFFSET_AT)[0].as_py())
+
+
+def last_offset(page: Page) -> int:
+    """The offset of the page's last row (the page is not empty)."""
+    if isinstance(page, list):
+        return int(page[-1][OFFSET_AT])
+    return int(page.column(OFFSET_AT)[-1].as_py())
+
+
+def after(page: Page, checkpoint: int) -> Page:
+    """The rows of ``page`` past ``checkpoint``."""
+    if isinstance(page, list):
+        return [r for r in page if r[OFFSET_AT] > checkpoint]
+    return page.filter(pc.greater(page.column(OFFSET_AT), checkpoint))
+
+
+def traces(page: Page) -> list[str | None]:
+    """The rows' trace contexts (telemetry links a batch's span to them)."""
+    if isinstance(page, list):
+        return [r[TRACE_AT] for r in page]
+    col = page.column(TRACE_AT)
+    return [None] * len(page) if col.null_count == len(page) else col.to_pylist()
+
+
+def rows_of(page: Page) -> list[StoredRow]:
+    """The page as rows (the values an SQL driver gives)."""
+    if isinstance(page, list):
+        return page
+    return list(zip(*(c.to_pylist() for c in page.columns), strict=True))
+
+
+def of_types(page: Page, types: Collection[str]) -> Page:
+    """The rows of ``page`` whose event type is one of ``types``."""
+    if isinstance(page, list):
+        return [r for r in page if r[TYPE_AT] in types]
+    col = page.column(TYPE_AT)
+    keep = pc.is_in(col, value_set=pa.array(list(types), col.type))
+    return page if pc.all(keep).as_py() else page.filter(keep)
+
+
+class EventBatch(Generic[E]):
+    """The events of one page that a batch handler takes (``@handler.on_batch``), in
+    offset order, all of one topic partition.
+
+    ``arrow`` is the batch as Arrow columns (the topic's ``arrow_schema``: metadata
+    columns, then the events' fields; personal fields opened as in ``read_batches``). It
+    costs no Python object per event: count, sum or write them somewhere in bulk.
+    ``envelopes()`` (also ``for ev in batch``) decodes them as ``Envelope``s on first use.
+
+    Example::
+
+        @mailer.on_batch(OrderPlaced)
+        async def _(batch: rv.EventBatch[OrderPlaced]) -> None:
+            await warehouse.insert(batch.arrow.select(["_aggregate_id", "total"]))
+    """
+
+    __slots__ = ("_decode", "_envelopes", "_rows", "arrow", "partition", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        arrow: pa.RecordBatch,
+        rows: Callable[[], list[StoredRow]],
+        decode: Callable[[StoredRow], Envelope[Any]],
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.arrow = arrow
+        self._rows = rows
+        self._decode = decode
+        self._envelopes: list[Envelope[E]] | None = None
+
+    def __len__(self) -> int:
+        return int(self.arrow.num_rows)
+
+    def __iter__(self) -> Iterator[Envelope[E]]:
+        return iter(self.envelopes())
+
+    def __repr__(self) -> str:
+        return f"EventBatch({self.topic!r}, partition={self.partition}, events={len(self)})"
+
+    @property
+    def first_offset(self) -> int:
+        """The offset of the first event (0 for an empty batch)."""
+        col = self.arrow.column(OFFSET_AT)
+        return int(col[0].as_py()) if len(col) else 0
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of the last event (0 for an empty batch)."""
+        col = self.arrow.column(OFFSET_AT)
+        return int(col[-1].as_py()) if len(col) else 0
+
+    def envelopes(self) -> list[Envelope[E]]:
+        """The events as envelopes, decoded on the first call."""
+        if self._envelopes is None:
+            decode = self._decode
+            self._envelopes = [decode(r) for r in self._rows()]
+        return self._envelopes
+
+
+async def event_batch(
+    store: Store, schema: TopicSchema, topic: str, partition: int, page: Page
+) -> EventBatch[Any]:
+    """The ``EventBatch`` of ``page`` (rows as the store holds them: personal fields are
+    opened here, in the Arrow columns and in the envelopes)."""
+    arrow = schema.to_arrow(page) if isinstance(page, list) else schema.from_storage(page)
+    if schema.personal:
+        arrow = await store.keyring.open_batch(schema, arrow)
+        rows = await opened(store, schema, rows_of(page))
+        return EventBatch(topic, partition, arrow, lambda: rows, _decoder(schema, topic))
+    return EventBatch(topic, partition, arrow, lambda: rows_of(page), _decoder(schema, topic))
+
+
+def _decoder(schema: TopicSchema, topic: str) -> Callable[[StoredRow], Envelope[Any]]:
+    def decode(row: StoredRow) -> Envelope[Any]:
+        return envelope_of(schema, topic, row)
+
+    return decode
