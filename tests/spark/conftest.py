@@ -35,6 +35,23 @@ def spark() -> Iterator[Any]:
     s.stop()
 
 
+@pytest.fixture(scope="session")
+def standalone(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One loopback standalone cluster (a master and two workers, each its own JVM) shared
+    by the cluster tests: each starts its own application on it."""
+    from reventless.spark.standalone import LocalCluster
+
+    workdir = tmp_path_factory.mktemp("cluster")
+    with LocalCluster(workers=2, workdir=workdir, pythonpath=str(ROOT)) as cluster:
+        assert cluster.alive_workers() == 2
+        yield cluster
+
+
+def executors(cluster: Any) -> set[Path]:
+    """The executors the cluster's workers have run so far (one directory each)."""
+    return {p for w in ("w0", "w1") for p in (cluster.workdir / w).glob("app-*/*")}
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     """Segments and staging files of one test."""

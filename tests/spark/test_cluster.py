@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 
 from examples.shop.model import OrderPlaced, StockAdded, StockReserved, stock_levels
-from reventless.spark.standalone import LocalCluster
 from tests.spark.cliapp import app as shop_app
-from tests.spark.conftest import ROOT
+from tests.spark.conftest import ROOT, executors
 from tests.spark.shoplog import append
 
 pytestmark = pytest.mark.spark
@@ -32,7 +31,9 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def test_rebuild_on_a_standalone_cluster_through_the_cli(spark: Any, tmp_path: Path) -> None:
+async def test_rebuild_on_a_standalone_cluster_through_the_cli(
+    standalone: Any, tmp_path: Path
+) -> None:
     url = f"sqlite:///{tmp_path / 'shop.db'}"
     app = shop_app(url)
     steps: list[tuple[int, int, Any]] = [(2, i % 3, StockAdded(qty=i + 1)) for i in range(200)]
@@ -45,20 +46,18 @@ async def test_rebuild_on_a_standalone_cluster_through_the_cli(spark: Any, tmp_p
         await append(list(app.topics.values()), steps, {})  # type: ignore[arg-type]
         await app.settle()
         live = await _rows(app)
-    with LocalCluster(workers=2, workdir=tmp_path / "cluster", pythonpath=str(ROOT)) as cluster:
-        assert cluster.alive_workers() == 2
-        done = cli(
-            "rebuild",
-            "examples.shop.model:stock_levels",
-            *("--app", "tests.spark.cliapp:app", "--store", url),
-            *("--master", cluster.master, "--workdir", str(tmp_path / "w")),
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        executors = [p for w in ("w0", "w1") for p in (tmp_path / "cluster" / w).glob("app-*/*")]
+    cluster, before = standalone, executors(standalone)
+    done = cli(
+        "rebuild",
+        "examples.shop.model:stock_levels",
+        *("--app", "tests.spark.cliapp:app", "--store", url),
+        *("--master", cluster.master, "--workdir", str(tmp_path / "w")),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(executors(cluster) - before) >= 2  # both workers ran an executor
     assert f"on {cluster.master}" in done.stderr
     assert "rebuilt stock_levels (python): events read 250, events applied 250" in done.stdout
     assert "rows written 3" in done.stdout
-    assert len(executors) >= 2  # both workers ran an executor
     again = shop_app(url)
     async with again:
         assert await _rows(again) == live

@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 import reventless as rv
-from reventless.spark.standalone import LocalCluster
-from tests.spark.conftest import ROOT
+from tests.spark.conftest import ROOT, executors
 from tests.spark.model import Record
 from tests.spark.test_log import fill
 
@@ -58,22 +57,21 @@ async def _fill(url: str) -> None:
         await fill(log, 0, 20)
 
 
-def test_batch_and_stream_on_a_standalone_cluster(spark: Any, tmp_path: Path) -> None:
+def test_batch_and_stream_on_a_standalone_cluster(standalone: Any, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     asyncio.run(_fill(url))
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
-    with LocalCluster(workers=2, workdir=tmp_path / "cluster", pythonpath=str(ROOT)) as cluster:
-        done = subprocess.run(
-            [sys.executable, "-m", "tests.spark.test_datasource_cluster", url, cluster.master,
-             str(tmp_path / "checkpoint")],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
-        )  # fmt: skip
-        executors = [p for w in ("w0", "w1") for p in (tmp_path / "cluster" / w).glob("app-*/*")]
+    before = executors(standalone)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.spark.test_datasource_cluster", url, standalone.master,
+         str(tmp_path / "checkpoint")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    assert len(executors(standalone) - before) >= 2  # both workers ran an executor
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["tasks"] == 4 and seen["batch"] == list(range(1, 41))
     assert seen["sizes"] == [15, 15, 10] and seen["stream"] == list(range(1, 41))
-    assert len(executors) >= 2  # both workers ran an executor
 
 
 if __name__ == "__main__":

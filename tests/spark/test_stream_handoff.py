@@ -21,7 +21,7 @@ from reventless.spark.stream import open_sink
 from reventless.spark.streamhandoff import hand_to_collector, hand_to_stream
 from reventless.spark.streamrun import start_stream
 from reventless.store import require_sql
-from tests.spark.conftest import ROOT
+from tests.spark.conftest import ROOT, executors
 from tests.spark.shoplog import append as append_steps
 from tests.spark.shoplog import declare
 from tests.spark.streamlog import copy_of, rows
@@ -127,9 +127,8 @@ async def test_a_driver_killed_mid_stream_restarts_without_loss_or_doubles(
 
 @pytest.mark.slow
 async def test_a_stream_on_the_loopback_standalone_cluster_with_two_workers(
-    spark: Any, tmp_path: Path
+    standalone: Any, tmp_path: Path
 ) -> None:
-    from reventless.spark.standalone import LocalCluster
     from tests.spark.streamproc import killed
 
     url = f"sqlite:///{tmp_path / 's.db'}"
@@ -139,16 +138,14 @@ async def test_a_stream_on_the_loopback_standalone_cluster_with_two_workers(
         await append_steps(logs, _steps(150), {})
         heads = await _heads(app)
     sink = open_sink(killed, url)
-    with LocalCluster(workers=2, workdir=tmp_path / "cluster", pythonpath=str(ROOT)) as cluster:
-        assert cluster.alive_workers() == 2
-        proc = _driver(url, tmp_path / "ck", cluster.master)
-        try:
-            _until(lambda: _reached(sink, heads), proc, timeout=240)
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        executors = [p for w in ("w0", "w1") for p in (tmp_path / "cluster" / w).glob("app-*/*")]
-    assert len(executors) >= 2  # both workers ran an executor
+    before = executors(standalone)
+    proc = _driver(url, tmp_path / "ck", standalone.master)
+    try:
+        _until(lambda: _reached(sink, heads), proc, timeout=240)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert len(executors(standalone) - before) >= 2  # both workers ran an executor
     again = rv.App(store=url)
     declare(again)
     async with again:
