@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +30,8 @@ log = logging.getLogger("reventless.store")
 #: SQLite's ADBC driver infers each column's type from the first rows of a batch; one batch
 #: per page makes it look at every row of the page.
 _BATCH_ROWS = "adbc.sqlite.query.batch_rows"
+#: Seconds reads go through rows after a connect to the database failed.
+_RETRY_AFTER = 30.0
 
 
 def _module(name: str) -> Any:
@@ -49,12 +52,16 @@ class ArrowPages:
         self._idle: list[Any] = []
         self._lock = threading.Lock()
         self._closed = False
-        self._broken = False
+        #: A failed connect switches to rows until then (monotonic seconds): a server that
+        #: is down is not asked again for every page, one that is back is used again.
+        self._retry_at = 0.0
 
     @property
     def available(self) -> bool:
         """True when pages can be read as Arrow (a driver is installed and connects)."""
-        return self._driver is not None and not self._broken and not self._closed
+        if self._driver is None or self._closed:
+            return False
+        return self._retry_at == 0.0 or time.monotonic() >= self._retry_at
 
     def _connect(self) -> Any:
         db, driver = self.db, self._driver
@@ -77,8 +84,8 @@ class ArrowPages:
             if conn is None:
                 conn = self._connect()
         except Exception as exc:  # no server, no file, a driver that cannot load
-            log.warning("Arrow reads of %s fall back to rows: %s", self.db.url, exc)
-            self._broken = True
+            log.warning("Arrow reads fall back to rows for %s s: %s", _RETRY_AFTER, exc)
+            self._retry_at = time.monotonic() + _RETRY_AFTER
             return None
         try:
             with conn.cursor() as cur:

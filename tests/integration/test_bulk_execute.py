@@ -314,3 +314,22 @@ async def test_a_page_the_driver_cannot_read_comes_as_rows(
     assert [r for b in batches for r in b.column("ratio").to_pylist()] == [
         k / 3 for k in range(2100)
     ]
+
+
+async def test_a_driver_that_cannot_connect_leaves_reads_to_rows(
+    file_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refuse(self: ArrowPages) -> Any:
+        raise OSError("no such database")
+
+    monkeypatch.setattr(ArrowPages, "_connect", refuse)
+    app = rv.App(store=file_url)
+    log = app.event_log(Notes)
+    async with app:
+        await log.append_many([(f"n-{k}", [Noted(ratio=k / 3)], 0) for k in range(1500)])
+        batches = [b async for b in log.read_batches(batch_size=1000)]
+    assert [b.num_rows for b in batches] == [1000, 500]
+    assert [r for b in batches for r in b.column("ratio").to_pylist()] == [
+        k / 3 for k in range(1500)
+    ]
+    assert "fall back to rows" in caplog.text
