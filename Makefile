@@ -48,7 +48,7 @@ test-fast: $(STAMP)
 # Benchmarks (not part of `make test`): SQLite + PostgreSQL, JetStream fan-out, SNS/SQS,
 # Spark rebuilds, subscriptions and collector predicates.
 # `make bench QUICK=1` is a smoke run of the same harness (small sizes, one repetition,
-# under two minutes here: 116 s); it writes its report and plots under $(BENCH_QUICK_DIR), not the repo.
+# under two minutes here: 102 s); it writes its report and plots under $(BENCH_QUICK_DIR), not the repo.
 QUICK ?=
 BENCH_QUICK_DIR ?= $(or $(TMPDIR),/tmp)/reventless-bench-quick
 BENCH_STAMP := $(VENV)/.bench-$(shell cksum pyproject.toml | cut -d' ' -f1)
