@@ -13,7 +13,6 @@ from ..errors import Rejected, SpecError, StoreError
 from ..eventlog import command_id_for
 from ..scheduling import Clock, ScheduleWrite, SystemClock, schedule_writes, to_us
 from ..spec import Directive, Envelope, Metadata
-from ..store.append import StoredRow
 from ..store.collector import Failure
 from ..store.readmodel import ReadModelStore, RowWriter
 from ..topicdef import partition_of
@@ -53,6 +52,7 @@ class ReadModelCollector(Collector):
             fold = None if "*" in handlers else RowFold.compile(model, self.topics[topic], handlers)
             if fold is not None:
                 self.folds[topic] = fold
+                self.columnar.add(topic)  # its catch-up pages come as Arrow where they can
 
     def apply_rows(
         self, rows: RowWriter, envs: list[Envelope[Any]], *, redo: bool = False
@@ -100,15 +100,15 @@ class ReadModelCollector(Collector):
             telemetry.dead_lettered(self.name, failed[0][0].topic, len(failed), failed[0][1])
         return failures(failed)
 
-    async def process_page(
-        self, topic: str, partition: int, rows: list[StoredRow], checkpoint: int
-    ) -> None:
-        """Column upserts fold the page without decoding it (``rowfold``) where that is
-        exact; otherwise the handlers run."""
+    async def process_page(self, topic: str, partition: int, page: Page, checkpoint: int) -> None:
+        """Column upserts fold the page without decoding it (``rowfold``; of an Arrow page
+        only the columns the fold reads become Python values) where that is exact;
+        otherwise the handlers run."""
         fold = self.folds.get(topic)
         if fold is None or self.parked:
-            await super().process_page(topic, partition, rows, checkpoint)
+            await super().process_page(topic, partition, page, checkpoint)
             return
+        rows = page if isinstance(page, list) else fold.narrow(page)
 
         def fold_rows(table: RowWriter) -> list[Failure] | None:
             keys = fold.keys(rows)
@@ -121,8 +121,8 @@ class ReadModelCollector(Collector):
 
         if await self.commit(topic, partition, checkpoint, rows=self.table, apply=fold_rows):
             self.folded += len(rows)
-        else:
-            await super().process_page(topic, partition, rows, checkpoint)
+        else:  # the handlers, on every column of the page
+            await super().process_page(topic, partition, page, checkpoint)
 
     async def process(
         self, topic: str, partition: int, envs: list[Envelope[Any]], checkpoint: int

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
+import pyarrow as pa
 from pydantic import BaseModel
 
 from ..codec import FIELDS_AT, META_NAMES, SCHEMA_VERSION_AT, TYPE_AT
@@ -41,11 +43,13 @@ class _NotExact(Exception):
     """A value the fold cannot reproduce exactly: the page goes through the handlers."""
 
 
-def _getter(topic: TopicDef, event: type[BaseModel], source: str) -> _Get | None:
+def _getter(topic: TopicDef, event: type[BaseModel], source: str, used: set[int]) -> _Get | None:
     """How to read ``source`` (a log column or an event field) of a stored row exactly as
-    the decoded envelope would give it; None if that is not exact."""
+    the decoded envelope would give it; None if that is not exact. The row position it
+    reads goes into ``used``."""
     if source in _META:
         i = META_NAMES.index(source)
+        used.add(i)
         return lambda row: row[i]
     info = event.model_fields.get(source)
     plain = plain_type(info) if info is not None else None
@@ -53,6 +57,7 @@ def _getter(topic: TopicDef, event: type[BaseModel], source: str) -> _Get | None
         return None
     kind, nullable = plain
     i = FIELDS_AT + [c.name for c in topic.schema.columns].index(source)
+    used.add(i)
     conv = _CONV.get(kind)
     if nullable:
         if conv is None:
@@ -84,8 +89,12 @@ class _Plan:
 class RowFold:
     """A read model's column upserts for one topic, compiled to fold stored rows."""
 
-    def __init__(self, model: ReadModel[Any], plans: Mapping[str, _Plan]) -> None:
+    def __init__(
+        self, model: ReadModel[Any], plans: Mapping[str, _Plan], used: frozenset[int]
+    ) -> None:
         self.model, self.plans = model, dict(plans)
+        #: The stored-row positions the fold reads (the rest may be None: ``narrow``).
+        self.used = used | {TYPE_AT, SCHEMA_VERSION_AT}
         fields = model.row.model_fields
         self._empty = {
             n: f.get_default(call_default_factory=True) for n, f in fields.items() if n != model.key
@@ -98,15 +107,16 @@ class RowFold:
         """The fold of ``model``'s handlers of ``topic`` (event type -> spec), or None when
         one of them is not an exactly foldable column upsert."""
         plans: dict[str, _Plan] = {}
+        used: set[int] = set()
         for etype, spec in handlers.items():
             rule: UpsertRule | None = getattr(spec.fn, RULE, None)
             event = topic.schema.event_types.get(etype)
             if rule is None or event is None or has_validators(event):
                 return None
-            key = _getter(topic, event, rule.key)
-            latest = [(col, _getter(topic, event, src)) for col, src in rule.latest.items()]
+            key = _getter(topic, event, rule.key, used)
+            latest = [(col, _getter(topic, event, src, used)) for col, src in rule.latest.items()]
             add = [
-                (col, _getter(topic, event, src) if isinstance(src, str) else None, src)
+                (col, _getter(topic, event, src, used) if isinstance(src, str) else None, src)
                 for col, src in rule.add.items()
             ]
             if key is None or any(g is None for _, g in latest):
@@ -119,7 +129,17 @@ class RowFold:
                 tuple((c, g) for c, g in latest if g is not None),
                 tuple(add),
             )
-        return cls(model, plans) if plans else None
+        return cls(model, plans, frozenset(used)) if plans else None
+
+    def narrow(self, page: pa.Table) -> list[StoredRow]:
+        """The rows of an Arrow page (stored columns) with only the values this fold reads
+        (None elsewhere): a few columns leave Arrow instead of all of them."""
+        used = self.used
+        cols = [
+            c.to_pylist() if i in used else repeat(None, len(page))
+            for i, c in enumerate(page.columns)
+        ]
+        return list(zip(*cols, strict=True))
 
     def keys(self, rows: Sequence[StoredRow]) -> list[Any] | None:
         """The row keys ``rows`` touch (None: not exact, use the handlers)."""
