@@ -3,7 +3,9 @@
 Each workload runs twice on a fresh SQLite file with ``synchronous=OFF`` (no fsync, so
 what is left is Python and SQLite's own work): once plain, for its CPU time per operation
 (the whole process, ``time.process_time``), and once under ``cProfile`` (the event loop's
-thread: the writer thread's statements of a group commit are not in it). The profiles go
+thread: the writer thread's statements of a group commit are not in it, nor the reader
+threads' Arrow pages of a batch or fold catch-up, nor the fold, which runs in the writer
+thread's transaction). The profiles go
 to ``bench/profiles/<workload>.txt`` (the top functions by own time and by cumulative
 time); the summary table, with each workload's five most expensive functions by own
 time, goes into BENCHMARKS.md.
@@ -26,8 +28,8 @@ from pathlib import Path
 import reventless as rv
 
 from .blocks import put_block
-from .core import count_catch_up, new_aggregates
-from .specs import Counter, Increment
+from .core import count_batches, count_catch_up, new_aggregates
+from .specs import VIEWS, Counter, Increment
 from .workloads import rv_preload
 
 PROFILES = Path(__file__).resolve().parent / "profiles"
@@ -102,14 +104,25 @@ async def _new_aggregates(
         return calls * per, stop()
 
 
-async def catch_up(path: Path, prof: cProfile.Profile | None) -> tuple[int, float]:
+async def catch_up(
+    path: Path, prof: cProfile.Profile | None, how: str = "handler"
+) -> tuple[int, float]:
+    """A fresh collector over 50,000 events: ``handler`` (counting, per event), ``batch``
+    (counting, ``on_batch``) or ``fold`` (a ``ColumnUpserts`` read model)."""
     pre = _app(path)
     log = pre.event_log(Counter)
     async with pre:
         await rv_preload(log, "cu", 500, 100)
     start, stop = _timed(prof)
     start()
-    seen, _ = await count_catch_up(_app(path))
+    if how == "fold":
+        app = _app(path)
+        app.event_log(Counter)
+        app.collect(VIEWS["fold"])
+        async with app:
+            await app.settle(timeout=600)
+        return 500 * 100, stop()
+    seen, _ = await (count_batches if how == "batch" else count_catch_up)(_app(path))
     return seen, stop()
 
 
@@ -125,6 +138,14 @@ WORKLOADS: dict[str, tuple[str, Work]] = {
         partial(_new_aggregates, "append_many"),
     ),
     "catch_up": ("collector catch-up, counting handler (per event)", catch_up),
+    "catch_up_batch": (
+        "collector catch-up, counting batch handler (`on_batch`, per event)",
+        partial(catch_up, how="batch"),
+    ),
+    "catch_up_fold": (
+        "read-model catch-up, `ColumnUpserts` (per event)",
+        partial(catch_up, how="fold"),
+    ),
 }
 
 
