@@ -29,12 +29,13 @@ import reventless as rv
 from .blocks import put_block
 from .extra import _es_per_tx, _raw_per_tx
 from .pgserver import PgDb, PgServer
-from .specs import VIEWS, Counter, EsApp, EsCounter, Increment, Incremented
+from .specs import Counter, EsApp, EsCounter, Increment, Incremented
 from .workloads import (
     RAW_DATA,
     RAW_INSERT,
     Where,
     _raw_catchup,
+    _rv_catchup,
     _rv_conc,
     check,
     es_env,
@@ -282,39 +283,25 @@ def _raw_read_rows(where: Where, aggs: int, per: int) -> float:
 
 
 async def count_catch_up(
-    app: rv.App, name: str = "count", timeout: float = 600
+    app: rv.App, name: str = "count", timeout: float = 600, *, batch: bool = False
 ) -> tuple[int, float]:
     """Start ``app`` with a side effect counting every ``Incremented`` from offset 0 (a
-    durable checkpoint per page), settle; the events it counted and the seconds taken."""
+    durable checkpoint per page), settle; the events it counted and the seconds taken.
+    ``batch``: a batch handler (``on_batch``) counts a page of columns per call."""
     app.event_log(Counter)
     counter = rv.SideEffectHandler(name)
     seen = [0]
+    if batch:
 
-    @counter.on(Incremented)
-    async def _count(ev: rv.Envelope[Incremented]) -> None:
-        seen[0] += 1
+        @counter.on_batch(Incremented)
+        async def _count_batch(batch: rv.EventBatch[Incremented]) -> None:
+            seen[0] += len(batch)
 
-    app.collect(counter)
-    t0 = perf()
-    await app.start()
-    try:
-        await app.settle(timeout=timeout)
-        return seen[0], perf() - t0
-    finally:
-        await app.stop()
+    else:
 
-
-async def count_batches(
-    app: rv.App, name: str = "count_batches", timeout: float = 600
-) -> tuple[int, float]:
-    """``count_catch_up`` with a batch handler (``on_batch``): a page of columns per call."""
-    app.event_log(Counter)
-    counter = rv.SideEffectHandler(name)
-    seen = [0]
-
-    @counter.on_batch(Incremented)
-    async def _count(batch: rv.EventBatch[Incremented]) -> None:
-        seen[0] += len(batch)
+        @counter.on(Incremented)
+        async def _count(ev: rv.Envelope[Incremented]) -> None:
+            seen[0] += 1
 
     app.collect(counter)
     t0 = perf()
@@ -331,33 +318,8 @@ async def _rv_catchup_count(where: Where, aggs: int, per: int, batch: bool = Fal
     log = pre.event_log(Counter)
     async with pre:
         await rv_preload(log, "cu", aggs, per)
-    seen, dt = await (count_batches if batch else count_catch_up)(_app(where))
+    seen, dt = await count_catch_up(_app(where), batch=batch)
     check(seen == aggs * per, "reventless counting catch-up")
-    return aggs * per / dt
-
-
-async def _rv_catchup_view(where: Where, aggs: int, per: int, view: str) -> float:
-    """Catch-up of a fresh read model over the preloaded log: ``handler`` (a pydantic
-    row upserted per event) or ``fold`` (the same view as ``rv.ColumnUpserts``)."""
-    pre = _app(where)
-    log = pre.event_log(Counter)
-    async with pre:
-        await rv_preload(log, "cu", aggs, per)
-    app = _app(where)
-    app.event_log(Counter)
-    handle = app.collect(VIEWS[view])
-    t0 = perf()
-    await app.start()
-    try:
-        await app.settle(timeout=600)
-        dt = perf() - t0
-        rows = await handle.all()
-        check(
-            len(rows) == aggs and sum(r.events for r in rows) == aggs * per,
-            f"reventless catch-up rows ({view})",
-        )
-    finally:
-        await app.stop()
     return aggs * per / dt
 
 
@@ -588,7 +550,7 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             f"catch-up of {ca * cp:,} events into a read model, a row upsert per event",
             "events/s",
             {
-                "reventless": arun(_rv_catchup_view, ca, cp, "handler"),
+                "reventless": arun(_rv_catchup, ca, cp, "handler"),
                 "raw": lambda p: _raw_catchup_rows(p, ca, cp),
             },
             ">= 50% raw",
@@ -600,7 +562,7 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             f"the same read model declared with `rv.ColumnUpserts` ({ca * cp:,} events)",
             "events/s",
             {
-                "reventless": arun(_rv_catchup_view, ca, cp, "fold"),
+                "reventless": arun(_rv_catchup, ca, cp, "fold"),
                 "raw": lambda p: _raw_catchup_rows(p, ca, cp),
             },
             ">= 50% raw",

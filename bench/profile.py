@@ -28,7 +28,7 @@ from pathlib import Path
 import reventless as rv
 
 from .blocks import put_block
-from .core import count_batches, count_catch_up, new_aggregates
+from .core import count_catch_up, new_aggregates
 from .specs import VIEWS, Counter, Increment
 from .workloads import rv_preload
 
@@ -122,7 +122,7 @@ async def catch_up(
         async with app:
             await app.settle(timeout=600)
         return 500 * 100, stop()
-    seen, _ = await (count_batches if how == "batch" else count_catch_up)(_app(path))
+    seen, _ = await count_catch_up(_app(path), batch=how == "batch")
     return seen, stop()
 
 

@@ -27,6 +27,7 @@ import reventless as rv
 
 from .pgserver import PgDb
 from .specs import (
+    VIEWS,
     Counter,
     EsApp,
     EsCounter,
@@ -35,7 +36,6 @@ from .specs import (
     Incremented,
     SQLiteTotalsRecorder,
     TotalsProjection,
-    totals,
 )
 
 SYSTEMS = ("reventless", "eventsourcing", "raw")
@@ -484,23 +484,25 @@ def _raw_load(path: Path, n_events: int, repeats: int, snapshots: bool) -> float
 # -- 6. collector catch-up into an SQL read model ----------------------------------------------
 
 
-async def _rv_catchup(path: Where, aggs: int, per: int) -> float:
+async def _rv_catchup(path: Where, aggs: int, per: int, view: str = "handler") -> float:
+    """Catch-up of a fresh read model over the preloaded log (``VIEWS``): ``handler`` (a
+    pydantic row upserted per event) or ``fold`` (the same view as ``rv.ColumnUpserts``)."""
     pre = rv_app(path)
     log = pre.event_log(Counter)
     async with pre:
         await rv_preload(log, "cu", aggs, per)
     app = rv_app(path)
     app.event_log(Counter)
-    view = app.collect(totals)
+    handle = app.collect(VIEWS[view])
     t0 = perf()
     await app.start()
     try:
-        await app.settle()
+        await app.settle(timeout=600)
         dt = perf() - t0
-        rows = await view.all()
+        rows = await handle.all()
         check(
             len(rows) == aggs and sum(r.events for r in rows) == aggs * per,
-            "reventless catch-up rows",
+            f"reventless catch-up rows ({view})",
         )
     finally:
         await app.stop()

@@ -26,6 +26,7 @@ from .arrow import (
     _arrow_kind,
     _cast_safely,
     _col_codec,
+    _ColCodec,
     _enc,
     _is_str,
     _nested_null,
@@ -376,15 +377,7 @@ class TopicSchema:
             raise SchemaMismatchError(f"{what}: rows differ in length") from exc
         if len(cols) != width:
             raise SchemaMismatchError(f"{what}: rows have {len(cols)} values, expected {width}")
-        arrays = []
-        for f, codec, values in zip(self._schema, self._codecs, cols, strict=True):
-            try:
-                arrays.append(codec.to_arrow(values))
-            except _ARROW_ERRORS as exc:
-                raise SchemaMismatchError(f"{what}: column {f.name!r}: {exc}") from exc
-            if not f.nullable and arrays[-1].null_count:
-                raise SchemaMismatchError(f"{what}: NOT NULL column {f.name!r} has nulls")
-        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+        return self._assemble(cols, lambda codec, values: codec.to_arrow(values))
 
     def from_storage(self, stored: pa.Table | pa.RecordBatch) -> pa.RecordBatch:
         """The stored columns read as Arrow (an ADBC driver's result, in storage order: the
@@ -394,12 +387,19 @@ class TopicSchema:
             raise SchemaMismatchError(
                 f"{what}: rows have {stored.num_columns} values, expected {width}"
             )
-        arrays = []
-        for f, codec, col in zip(self._schema, self._codecs, stored.columns, strict=True):
-            if isinstance(col, pa.ChunkedArray):
-                col = col.combine_chunks()
+        cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in stored.columns]
+        return self._assemble(cols, lambda codec, col: codec.from_storage(col))
+
+    def _assemble(
+        self, cols: Sequence[Any], convert: Callable[[_ColCodec, Any], Any]
+    ) -> pa.RecordBatch:
+        """The batch of ``convert``'s array of each column (its codec, its values):
+        ``SchemaMismatchError`` names a column that does not convert or has a null where
+        none may be."""
+        what, arrays = f"topic {self.name!r}", []
+        for f, codec, values in zip(self._schema, self._codecs, cols, strict=True):
             try:
-                arrays.append(codec.from_storage(col))
+                arrays.append(convert(codec, values))
             except _ARROW_ERRORS as exc:
                 raise SchemaMismatchError(f"{what}: column {f.name!r}: {exc}") from exc
             if not f.nullable and arrays[-1].null_count:

@@ -114,14 +114,24 @@ class Component:
         ``key`` (read models) picks the row a handler reads as ``current``;
         default: the event's aggregate id.
         """
+        return self._register("on", events, lambda fn: self._spec(fn, key))
+
+    def _register(
+        self,
+        verb: str,
+        events: tuple[type[Event], ...],
+        spec_of: Callable[[Callable[..., Any]], HandlerSpec],
+    ) -> Callable[[_F], _F]:
+        """The decorator of ``@<verb>(*events)``: checks ``events``, then registers the
+        decorated function's ``spec_of`` for each (one handler per event class)."""
         if not events:
-            raise SpecError(f"{self.name}: @on needs at least one event class")
+            raise SpecError(f"{self.name}: @{verb} needs at least one event class")
         for e in events:
             if not (isinstance(e, type) and issubclass(e, Event)):
-                raise SpecError(f"{self.name}: @on expects Event classes, got {e!r}")
+                raise SpecError(f"{self.name}: @{verb} expects Event classes, got {e!r}")
 
         def register(fn: _F) -> _F:
-            spec = self._spec(fn, key)
+            spec = spec_of(fn)
             for e in events:
                 if e in self.handlers:
                     raise SpecError(f"{self.name}: two handlers for {e.__name__}")
@@ -256,22 +266,11 @@ class SideEffectHandler(Component):
             async def _(batch: rv.EventBatch[Incremented]) -> None:
                 totals["by"] += pc.sum(batch.arrow.column("by")).as_py()
         """
-        if not events:
-            raise SpecError(f"{self.name}: @on_batch needs at least one event class")
-        for e in events:
-            if not (isinstance(e, type) and issubclass(e, Event)):
-                raise SpecError(f"{self.name}: @on_batch expects Event classes, got {e!r}")
 
-        def register(fn: _F) -> _F:
-            spec = self._spec(fn, None)
-            spec = HandlerSpec(fn=fn, is_async=spec.is_async, batch=True)
-            for e in events:
-                if e in self.handlers:
-                    raise SpecError(f"{self.name}: two handlers for {e.__name__}")
-                self.handlers[e] = spec
-            return fn
+        def batch_spec(fn: Callable[..., Any]) -> HandlerSpec:
+            return HandlerSpec(fn=fn, is_async=self._spec(fn, None).is_async, batch=True)
 
-        return register
+        return self._register("on_batch", events, batch_spec)
 
     def idempotency_key(self, ev: Envelope[Any]) -> str:
         """A key that is the same on every delivery of ``ev`` to this handler."""
