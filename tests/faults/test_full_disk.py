@@ -356,7 +356,7 @@ Mount = Callable[[str | None], Path]
 
 @pytest.fixture
 def tmpfs() -> Iterator[Mount]:
-    """Mounts a 6 MiB tmpfs on a fresh directory (owned by the named OS user, if given).
+    """Mounts a 9 MiB tmpfs on a fresh directory (owned by the named OS user, if given).
     Skipped where mounting is refused (an unprivileged user, a container without
     CAP_SYS_ADMIN), even under CI: the ``max_page_count`` test covers the same path
     everywhere (see the module docstring)."""
@@ -368,7 +368,7 @@ def tmpfs() -> Iterator[Mount]:
             pytest.skip("mounting a tmpfs needs root (the max_page_count test covers this)")
         # not under pytest's tmp_path, which other users (a database server) cannot reach
         point = Path(tempfile.mkdtemp(prefix="rv-tmpfs-"))
-        opts = "size=6m,mode=0700"
+        opts = "size=9m,mode=0700"
         if owner is not None:
             user = pwd.getpwnam(owner)
             opts += f",uid={user.pw_uid},gid={user.pw_gid}"
@@ -392,9 +392,14 @@ def tmpfs() -> Iterator[Mount]:
 
 
 def filler(directory: Path) -> Callable[[], None]:
-    """A 1.5 MiB file taking space on ``directory``'s file system; returns its deletion."""
+    """A 4.5 MiB file taking half of ``directory``'s file system; returns its deletion.
+
+    Deleting it gives back as much as the store could fill: recovering can need that much
+    at once. A SQLite WAL grows to ~4 MiB (1000 pages) before its automatic checkpoint
+    copies those pages into the database file; with only 1.5 MiB given back, a retried
+    command's commit that set off that checkpoint ran out again (1 run in ~15)."""
     path = directory / "filler"
-    path.write_bytes(b"\0" * (1536 * 1024))
+    path.write_bytes(b"\0" * (4608 * 1024))
     return path.unlink
 
 
