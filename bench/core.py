@@ -384,20 +384,34 @@ def _per_op(c0: float, n: int) -> float:
     return (time.process_time() - c0) / n * 1e6
 
 
+async def streams(
+    log: rv.EventLog[Counter], workers: int, per: int, start: Callable[[], None]
+) -> None:
+    """``workers`` concurrent streams of ``per`` commands, each on its own aggregate: one
+    warm-up command each, then ``start()``, then the streams (what is timed)."""
+
+    async def worker(i: int) -> None:
+        for _ in range(per):
+            await log.execute(f"w-{i}", Increment(by=1))
+
+    await asyncio.gather(*(log.execute(f"w-{i}", Increment(by=1)) for i in range(workers)))
+    start()
+    await asyncio.gather(*(worker(i) for i in range(workers)))
+
+
 async def _rv_cpu(where: Path, workers: int, per: int) -> float:
     """CPU per command of ``workers`` concurrent streams of ``per`` commands (the App
     started and warm: its start-up is not counted)."""
     app = _app(where, "OFF")
     log = app.event_log(Counter)
+    c0 = 0.0
 
-    async def worker(i: int) -> None:
-        for _ in range(per):
-            await log.execute(f"cpu-{i}", Increment(by=1))
+    def mark() -> None:
+        nonlocal c0
+        c0 = time.process_time()
 
     async with app:
-        await asyncio.gather(*(log.execute(f"cpu-{i}", Increment(by=1)) for i in range(workers)))
-        c0 = time.process_time()
-        await asyncio.gather(*(worker(i) for i in range(workers)))
+        await streams(log, workers, per, mark)
         return _per_op(c0, workers * per)
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import reventless as rv
 
 from .blocks import put_block
-from .core import count_catch_up, new_aggregates
+from .core import count_catch_up, new_aggregates, streams
 from .specs import VIEWS, Counter, Increment
 from .workloads import rv_preload
 
@@ -77,16 +77,9 @@ async def sequential(path: Path, prof: cProfile.Profile | None) -> tuple[int, fl
 async def in_flight(path: Path, prof: cProfile.Profile | None) -> tuple[int, float]:
     app, workers, per = _app(path), 64, 80
     log = app.event_log(Counter)
-
-    async def worker(i: int) -> None:
-        for _ in range(per):
-            await log.execute(f"w-{i}", Increment(by=1))
-
     async with app:
-        await asyncio.gather(*(log.execute(f"w-{i}", Increment(by=1)) for i in range(workers)))
         start, stop = _timed(prof)
-        start()
-        await asyncio.gather(*(worker(i) for i in range(workers)))
+        await streams(log, workers, per, start)
         return workers * per, stop()
 
 
