@@ -25,27 +25,39 @@ _pool = ""
 _pool_at = 0
 
 
-def _reserve(n: int) -> tuple[list[tuple[int, int]], str]:
-    """``n`` strictly increasing (unix ms, 12-bit counter) pairs and ``16 * n`` random
-    hex digits."""
+#: The 12-bit counter as text, for every value.
+_SEQ3 = tuple(f"{i:03x}" for i in range(4096))
+
+
+def _reserve(n: int) -> tuple[list[tuple[int, int, int]], str]:
+    """``n`` strictly increasing (unix ms, 12-bit counter) pairs, as runs of ``(ms,
+    first counter, count)`` (one run unless the counter overflows), and ``16 * n``
+    random hex digits."""
     global _last_ms, _seq, _pool, _pool_at
-    out = []
     with _lock:
         ms = time.time_ns() // 1_000_000
         if ms > _last_ms:
             _last_ms, _seq = ms, -1
-        for _ in range(n):
-            _seq += 1
-            if _seq > 0xFFF:  # counter overflow: borrow the next millisecond
-                _last_ms += 1
-                _seq = 0
-            out.append((_last_ms, _seq))
+        if _seq + n <= 0xFFF:  # the common case: one run
+            runs = [(_last_ms, _seq + 1, n)]
+            _seq += n
+        else:
+            runs = []
+            left = n
+            while left:
+                if _seq >= 0xFFF:  # counter overflow: borrow the next millisecond
+                    _last_ms += 1
+                    _seq = -1
+                take = min(left, 0xFFF - _seq)
+                runs.append((_last_ms, _seq + 1, take))
+                _seq += take
+                left -= take
         need = 16 * n
         if _pool_at + need > len(_pool):
             _pool, _pool_at = os.urandom(max(_POOL_BYTES, need // 2)).hex(), 0
         rand = _pool[_pool_at : _pool_at + need]
         _pool_at += need
-    return out, rand
+    return runs, rand
 
 
 #: The text of the last millisecond an id was made in (ids of one ms share it).
@@ -70,19 +82,28 @@ def uuid7_strs(n: int) -> list[str]:
         3
     """
     global _head
-    stamps, rand = _reserve(n)
-    out = []
-    last_ms, head = _head
-    for i, (ms, seq) in enumerate(stamps):
+    runs, rand = _reserve(n)
+    out: list[str] = []
+    seqs, variant = _SEQ3, _VARIANT
+    j = 0
+    for ms, first, count in runs:
+        last_ms, head = _head
         if ms != last_ms:  # ids mostly share their millisecond with the previous ones
             t = f"{ms:012x}"
-            last_ms, head = ms, f"{t[:8]}-{t[8:]}-7"
+            head = f"{t[:8]}-{t[8:]}-7"
             _head = (ms, head)
-        j = 16 * i
         # the first random nibble carries the RFC 9562 variant bits (0b10xx)
-        out.append(
-            f"{head}{seq:03x}-{_VARIANT[rand[j]]}{rand[j + 1 : j + 4]}-{rand[j + 4 : j + 16]}"
-        )
+        if count == 1:  # (one command's one event: no comprehension)
+            r = rand[j : j + 16]
+            out.append(f"{head}{seqs[first]}-{variant[r[0]]}{r[1:4]}-{r[4:]}")
+        else:
+            out += [
+                f"{head}{seqs[s]}-{variant[rand[k]]}{rand[k + 1 : k + 4]}-{rand[k + 4 : k + 16]}"
+                for s, k in zip(
+                    range(first, first + count), range(j, j + 16 * count, 16), strict=True
+                )
+            ]
+        j += 16 * count
     return out
 
 

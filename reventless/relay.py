@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 
 from . import telemetry
@@ -153,6 +153,11 @@ class Relay:
         self.failures = 0
         #: Rows passed over because no consumer was subscribed (``SubscriberAware``).
         self.unheard = 0
+        # (a runtime-checkable Protocol's isinstance is slow: asked once)
+        self._aware: SubscriberAware | None = (
+            broker if isinstance(broker, SubscriberAware) else None
+        )
+        self._publishing = False
 
     async def start(self) -> None:
         """Load positions (a new topic starts at its head) and start publishing."""
@@ -179,13 +184,28 @@ class Relay:
 
     def on_commit(self, results: list[AppendResult]) -> None:
         """Called by the store after each group commit with what landed (in offset order)."""
+        wake = False
         for res in results:
-            if res.topic in self.topics and res.rows:
-                buf = self._buffer[res.topic]
-                if len(buf) < _MAX_BUFFER:  # beyond that (broker down), re-read the store
-                    buf.extend(res.rows)
-                self._known[res.topic] = max(self._known[res.topic], res.last_offset)
-        self._wake.set()
+            name = res.topic
+            if name not in self.topics or not res.rows:
+                continue
+            if (
+                not self._publishing
+                and self.published[name] == self._known[name] == res.first_offset - 1
+                and self._unheard(name)
+            ):
+                # nothing pending and no one to hear it: passed over here, with no turn
+                # of the relay's task (the sequential hot path)
+                self._pass_over(name, res.rows)
+                self._known[name] = self.published[name] = res.last_offset
+                continue
+            buf = self._buffer[name]
+            if len(buf) < _MAX_BUFFER:  # beyond that (broker down), re-read the store
+                buf.extend(res.rows)
+            self._known[name] = max(self._known[name], res.last_offset)
+            wake = True
+        if wake or not results:
+            self._wake.set()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -245,6 +265,13 @@ class Relay:
 
     async def publish_pending(self) -> bool:
         """Publish everything committed and not yet published; False if the broker failed."""
+        self._publishing = True
+        try:
+            return await self._publish_all()
+        finally:
+            self._publishing = False
+
+    async def _publish_all(self) -> bool:
         for name, topic in self.topics.items():
             try:
                 await self._publish_topic(name, topic)
@@ -277,12 +304,10 @@ class Relay:
                 rows = await self.store.read(name, done + 1, _PAGE, upto=upto)
             if not rows:
                 return
-            last = dict(self._last[name])
             if self._unheard(name):  # no encoding for no one: keep the partitions' chain
-                for r in rows:
-                    last[r[PARTITION_AT]] = r[OFFSET_AT]
-                self.unheard += len(rows)
+                self._pass_over(name, rows)
             else:
+                last = dict(self._last[name])
                 await telemetry.publish(
                     self,
                     self.broker.publish,
@@ -290,7 +315,7 @@ class Relay:
                     messages_for(topic, rows, last, self.max_message_bytes),
                     partial(_traces, rows),
                 )
-            self._last[name] = last
+                self._last[name] = last
             self.published[name] = rows[-1][OFFSET_AT]
 
     def backlog(self) -> dict[str, int]:
@@ -300,8 +325,15 @@ class Relay:
     def _unheard(self, name: str) -> bool:
         """No consumer would receive ``name``'s messages now (a ``SubscriberAware`` broker
         says so); a consumer that subscribes later catches up from the store."""
-        broker = self.broker
-        return isinstance(broker, SubscriberAware) and not broker.has_subscribers(name)
+        aware = self._aware
+        return aware is not None and not aware.has_subscribers(name)
+
+    def _pass_over(self, name: str, rows: Sequence[StoredRow]) -> None:
+        """Unheard rows: their partitions' chain moves on, nothing is encoded."""
+        last = self._last[name]
+        for r in rows:
+            last[r[PARTITION_AT]] = r[OFFSET_AT]
+        self.unheard += len(rows)
 
     async def _persist(self) -> None:
         changed = {t: o for t, o in self.published.items() if self._persisted.get(t) != o}

@@ -5,6 +5,8 @@ relay at all. Collectors still see every event (read back from their read models
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -85,3 +87,33 @@ async def test_publish_off_runs_no_relay_and_collectors_still_catch_up(tmp_path:
         assert sorted((r.id, r.n) for r in await view.all()) == [(f"c{i}", 4) for i in range(3)]
         assert broker.published == 0
         assert app.relay is None
+
+
+async def test_rows_passed_over_at_commit_keep_the_chain_for_a_later_subscriber(
+    tmp_path: Path,
+) -> None:
+    # Sequential commits with no subscriber are passed over as they commit (the relay's
+    # task does not run for them); a subscriber that joins then gets the next commit
+    # with ``rv-prev`` naming the last row passed over, so it sees no gap.
+    broker = rv.InMemoryBroker()
+    app = rv.App(store=f"sqlite:///{tmp_path / 's.db'}", broker=broker)
+    log = app.event_log(Counter)
+    got: list[rv.Message] = []
+    heard = asyncio.Event()
+
+    async def handler(msgs: Sequence[rv.Message]) -> None:
+        got.extend(msgs)
+        heard.set()
+
+    async with app:
+        for _ in range(7):
+            await log.execute("c0", Increment(by=1))
+        relay = app.relay
+        assert relay is not None
+        assert relay.unheard == 7 and relay.published[log.name] == 7 and broker.published == 0
+        sub = await broker.subscribe("late", [log.name], handler)
+        await log.execute("c0", Increment(by=1))
+        await asyncio.wait_for(heard.wait(), 10)
+        await sub.close()
+    assert [(m.headers["rv-first"], m.headers["rv-prev"]) for m in got] == [("8", "7")]
+    assert relay.unheard == 7 and relay.published[log.name] == 8

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from reventless import ids
 from reventless.ids import uuid7_strs
 from reventless.turns import Turns
 
@@ -57,6 +58,20 @@ def test_ids_are_increasing_uuid7_and_unique() -> None:
     ids = [i for _ in range(300) for i in uuid7_strs(7)]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert all(uuid.UUID(i).version == 7 and uuid.UUID(i).variant == uuid.RFC_4122 for i in ids)
+
+
+def test_ids_borrow_the_next_millisecond_when_the_counter_overflows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a frozen clock: 4,096 ids per millisecond, then the counter borrows the next one,
+    # also in the middle of one call
+    frozen = ids.time.time_ns()
+    monkeypatch.setattr(ids.time, "time_ns", lambda: frozen)
+    made = [i for _ in range(60) for i in uuid7_strs(97)] + uuid7_strs(1) + uuid7_strs(9000)
+    assert made == sorted(made) and len(set(made)) == len(made)
+    assert all(uuid.UUID(i).version == 7 and uuid.UUID(i).variant == uuid.RFC_4122 for i in made)
+    millis = sorted({int(i[:8] + i[9:13], 16) for i in made})
+    assert millis == list(range(millis[0], millis[0] + len(millis))) and len(millis) == 4
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
