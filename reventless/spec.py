@@ -304,20 +304,22 @@ class Aggregate(BaseModel):
         out = handler(self, command)
         if out is None:
             return [], []
+        allowed = type(self).appliers  # keyed by exactly the union's event classes
+        if type(out) in allowed:  # one event (the common case: no isinstance on a model)
+            return [out], []
         decided = [out] if isinstance(out, _DECIDED) else list(out)
-        allowed = type(self).event_classes
         events: list[Event] = []
         directives: list[Directive] = []
         for e in decided:
-            if isinstance(e, Directive):
+            if type(e) in allowed:
+                events.append(e)
+            elif isinstance(e, Directive):
                 directives.append(e)
-            elif type(e) not in allowed:
+            else:
                 raise SpecError(
                     f"{type(self).__name__}.{handler.__name__} returned {type(e).__name__}, "
                     "which is not in the aggregate's `events` union"
                 )
-            else:
-                events.append(e)
         return events, directives
 
     def apply(self, event: Event) -> None:
