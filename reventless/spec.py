@@ -307,7 +307,7 @@ class Aggregate(BaseModel):
         allowed = type(self).appliers  # keyed by exactly the union's event classes
         if type(out) in allowed:  # one event (the common case: no isinstance on a model)
             return [out], []
-        decided = [out] if isinstance(out, _DECIDED) else list(out)
+        decided: list[Any] = [out] if isinstance(out, _DECIDED) else list(out)
         events: list[Event] = []
         directives: list[Directive] = []
         for e in decided:
