@@ -1,16 +1,22 @@
 """Arrow-native pages of a topic's stored columns, through an ADBC driver.
 
-``read_batches`` (and what is built on it: exports, Spark hand-offs) spends most of its
-time turning rows of Python values into Arrow arrays. An ADBC driver reads a query's
-result straight into Arrow (C all the way): ``adbc-driver-sqlite`` for a SQLite file,
-``adbc-driver-postgresql`` (binary COPY) for PostgreSQL. Both are optional (the ``arrow``
-extra): without one, or for an in-memory SQLite database, ``ArrowPages.available`` is
-False and reads go through the SQL rows as before.
+``read_batches`` (and what is built on it: exports, Spark hand-offs, batch handlers and
+column-fold read models catching up) spends most of its time turning rows of Python
+values into Arrow arrays. An ADBC driver reads a query's result straight into Arrow (C
+all the way): ``adbc-driver-postgresql`` (binary COPY) for PostgreSQL, an optional
+dependency (the ``arrow`` extra). Without it, ``ArrowPages.available`` is False and
+reads go through the SQL rows.
+
+SQLite is read through rows, never through ADBC: ``adbc-driver-sqlite`` carries its own
+copy of the SQLite library, and two copies in one process that open the same database
+file break each other's POSIX locks and WAL index (SQLite's "How To Corrupt" guide, 2.2;
+a reader crashed with SIGBUS on the shared-memory file while the store wrote). A SQLite
+file's pages therefore come from the store's own ``sqlite3`` connections.
 
 Each page is one query, ``_offset`` keyset-paged (appends to a topic commit in offset
 order, so a page never skips a row a later page could still see). A page the driver
-cannot read (a column whose SQLite values are not all of one storage class, a broken
-connection) is read as rows instead: the caller gets ``None`` for it.
+cannot read (a broken connection) is read as rows instead: the caller gets ``None`` for
+it.
 """
 
 from __future__ import annotations
@@ -27,9 +33,6 @@ from .database import Database
 
 log = logging.getLogger("reventless.store")
 
-#: SQLite's ADBC driver infers each column's type from the first rows of a batch; one batch
-#: per page makes it look at every row of the page.
-_BATCH_ROWS = "adbc.sqlite.query.batch_rows"
 #: Seconds reads go through rows after a connect to the database failed.
 _RETRY_AFTER = 30.0
 
@@ -47,8 +50,8 @@ class ArrowPages:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        name = "adbc_driver_sqlite.dbapi" if db.is_sqlite else "adbc_driver_postgresql.dbapi"
-        self._driver = None if db.is_memory else _module(name)
+        # never SQLite: a second SQLite library in this process (see the module's doc)
+        self._driver = None if db.is_sqlite else _module("adbc_driver_postgresql.dbapi")
         self._idle: list[Any] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -64,14 +67,9 @@ class ArrowPages:
         return self._retry_at == 0.0 or time.monotonic() >= self._retry_at
 
     def _connect(self) -> Any:
-        db, driver = self.db, self._driver
+        driver = self._driver
         assert driver is not None
-        if db.is_sqlite:
-            conn = driver.connect(str(db.url.database), autocommit=True)
-            with conn.cursor() as cur:
-                cur.execute(f"PRAGMA busy_timeout={int(db.options.busy_timeout_ms)}")
-            return conn
-        return driver.connect(conninfo(db), autocommit=True)
+        return driver.connect(conninfo(self.db), autocommit=True)
 
     def page(self, sql: str, rows: int) -> pa.Table | None:
         """The result of ``sql`` (at most ``rows`` rows, no parameters) as an Arrow table,
@@ -89,8 +87,6 @@ class ArrowPages:
             return None
         try:
             with conn.cursor() as cur:
-                if self.db.is_sqlite:
-                    cur.adbc_statement.set_options(**{_BATCH_ROWS: str(max(1, rows))})
                 cur.execute(sql)
                 table: pa.Table = cur.fetch_arrow_table()
         except Exception as exc:  # this page goes through rows; the connection may be gone
