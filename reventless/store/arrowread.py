@@ -3,25 +3,23 @@
 ``read_batches`` (and what is built on it: exports, Spark hand-offs, batch handlers and
 column-fold read models catching up) spends most of its time turning rows of Python
 values into Arrow arrays. An ADBC driver reads a query's result straight into Arrow (C
-all the way): ``adbc-driver-postgresql`` (binary COPY) for PostgreSQL, an optional
-dependency (the ``arrow`` extra). Without it, ``ArrowPages.available`` is False and
-reads go through the SQL rows.
-
-SQLite is read through rows, never through ADBC: ``adbc-driver-sqlite`` carries its own
-copy of the SQLite library, and two copies in one process that open the same database
-file break each other's POSIX locks and WAL index (SQLite's "How To Corrupt" guide, 2.2;
-a reader crashed with SIGBUS on the shared-memory file while the store wrote). A SQLite
-file's pages therefore come from the store's own ``sqlite3`` connections.
+all the way): ``adbc-driver-postgresql`` (binary COPY) for PostgreSQL, on connections of
+this reader's own; ``adbc-driver-sqlite`` for a SQLite file, in helper processes
+(``arrowhelper.py``: the driver carries its own copy of SQLite, which must not share a
+process with the store's). Both are optional (the ``arrow`` extra): without one, or for
+an in-memory SQLite database, ``ArrowPages.available`` is False and reads go through the
+SQL rows.
 
 Each page is one query, ``_offset`` keyset-paged (appends to a topic commit in offset
 order, so a page never skips a row a later page could still see). A page the driver
-cannot read (a broken connection) is read as rows instead: the caller gets ``None`` for
-it.
+cannot read (a column whose SQLite values are not all of one storage class, a broken
+connection) is read as rows instead: the caller gets ``None`` for it.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import threading
 import time
@@ -29,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from .arrowhelper import HelperPool
 from .database import Database
 
 log = logging.getLogger("reventless.store")
@@ -45,13 +44,19 @@ def _module(name: str) -> Any:
 
 
 class ArrowPages:
-    """Pages of stored columns as Arrow tables, on an idle ADBC connection of its own
-    (opened on first use, kept for the next page, closed by ``close``)."""
+    """Pages of stored columns as Arrow tables: PostgreSQL's on an idle ADBC connection of
+    its own (opened on first use, kept for the next page, closed by ``close``), a SQLite
+    file's through helper processes (``HelperPool``)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        # never SQLite: a second SQLite library in this process (see the module's doc)
-        self._driver = None if db.is_sqlite else _module("adbc_driver_postgresql.dbapi")
+        #: A SQLite file's helpers (the driver never loads in this process).
+        self._helpers: HelperPool | None = None
+        self._driver = None
+        if not db.is_sqlite:
+            self._driver = _module("adbc_driver_postgresql.dbapi")
+        elif not db.is_memory and importlib.util.find_spec("adbc_driver_sqlite") is not None:
+            self._helpers = HelperPool(str(db.url.database), int(db.options.busy_timeout_ms))
         self._idle: list[Any] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -62,7 +67,7 @@ class ArrowPages:
     @property
     def available(self) -> bool:
         """True when pages can be read as Arrow (a driver is installed and connects)."""
-        if self._driver is None or self._closed:
+        if self._closed or (self._driver is None and self._helpers is None):
             return False
         return self._retry_at == 0.0 or time.monotonic() >= self._retry_at
 
@@ -71,11 +76,14 @@ class ArrowPages:
         assert driver is not None
         return driver.connect(conninfo(self.db), autocommit=True)
 
-    def page(self, sql: str, rows: int) -> pa.Table | None:
+    def page(self, sql: str, rows: int, remaining: int = 0) -> pa.Table | None:
         """The result of ``sql`` (at most ``rows`` rows, no parameters) as an Arrow table,
-        on the calling thread; None if it could not be read that way."""
+        on the calling thread; None if it could not be read that way. ``remaining``: the
+        rows the read has left (a SQLite file starts its helpers for a long read)."""
         if not self.available:
             return None
+        if self._helpers is not None:
+            return self._helpers.page(sql, rows, remaining)
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         try:
@@ -107,6 +115,8 @@ class ArrowPages:
             idle, self._idle = self._idle, []
         for conn in idle:
             _close(conn)
+        if self._helpers is not None:
+            self._helpers.close()
 
 
 def conninfo(db: Database) -> str:

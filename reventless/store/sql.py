@@ -588,7 +588,8 @@ class SqlEventStore:
             if upto is not None:
                 sql += f" AND _offset <= {int(upto)}"
             sql += f" ORDER BY _offset LIMIT {int(limit)}"
-            page = await asyncio.to_thread(arrow.page, sql, limit)
+            end = self.known_heads.get(topic, 0) if upto is None else upto
+            page = await asyncio.to_thread(arrow.page, sql, limit, end - from_offset + 1)
             if page is not None:
                 return page
         return await self.read(topic, from_offset, limit, upto=upto, partition=partition)

@@ -27,8 +27,8 @@ async def test_catch_up_hands_pages_of_columns_in_offset_order(
     arrow_pages: list[int] = []
     page = ArrowPages.page
 
-    def counted(self: ArrowPages, sql: str, rows: int) -> Any:
-        out = page(self, sql, rows)
+    def counted(self: ArrowPages, sql: str, rows: int, remaining: int = 0) -> Any:
+        out = page(self, sql, rows, remaining)
         if out is not None:
             arrow_pages.append(out.num_rows)
         return out

@@ -8,7 +8,6 @@ process whose writes make the first one's states stale.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Annotated, Any
@@ -18,7 +17,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 import reventless as rv
-from reventless.store import require_sql
+from reventless.store import arrowhelper, require_sql
 from reventless.store.arrowread import ArrowPages
 from reventless.testing.store_suite import Account, Deposit, Deposited, Withdraw
 
@@ -268,14 +267,15 @@ async def test_read_batches_as_arrow_equal_batches_built_from_rows(
     tables: list[int] = []
     page = ArrowPages.page
 
-    def counted(self: ArrowPages, sql: str, rows: int) -> Any:
-        out = page(self, sql, rows)
+    def counted(self: ArrowPages, sql: str, rows: int, remaining: int = 0) -> Any:
+        out = page(self, sql, rows, remaining)
         tables.append(-1 if out is None else out.num_rows)
         return out
 
     monkeypatch.setattr(ArrowPages, "page", counted)
     async with app:
         await log.append_many([(f"n-{k}", [e], 0) for k, e in enumerate(events)])
+        await helpers_ready(app)
         arrow = [b async for b in log.read_batches(batch_size=1000)]
         monkeypatch.setattr(type(app.store), "stream_columns", _rows_only)
         rows = [b async for b in log.read_batches(batch_size=1000)]
@@ -283,9 +283,10 @@ async def test_read_batches_as_arrow_equal_batches_built_from_rows(
     assert sum(b.num_rows for b in rows) == n
     for a, r in zip(arrow, rows, strict=True):
         assert a.schema == r.schema and a.equals(r)
-    # PostgreSQL: every page came as Arrow (SQLite is read as rows: see arrowread.py)
-    pg = any_url.startswith("postgresql")
-    assert sorted(tables) == ([] if not pg else [1] if n == 1 else [500, 1000, 1000])
+    # a file (its helper processes) or a server: every page came as Arrow (memory: no
+    # driver can share it)
+    memory = any_url == "sqlite://"
+    assert sorted(tables) == ([] if memory else [1] if n == 1 else [500, 1000, 1000])
 
 
 def _rows_only(
@@ -294,22 +295,24 @@ def _rows_only(
     return self.stream(topic, from_offset, page_size, upto=upto)
 
 
-@pytest.mark.postgres
 async def test_a_page_the_driver_cannot_read_comes_as_rows(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A page that fails as Arrow (a lost connection, say) is read as rows: the batches
-    are the same, none is missing or repeated."""
-    app = rv.App(store=pg_url)
+    """A page that fails as Arrow (values of mixed storage classes, a lost connection) is
+    read as rows: the batches are the same, none is missing or repeated."""
+    app = rv.App(store=shared_url)
     log = app.event_log(Notes)
     page = ArrowPages.page
     monkeypatch.setattr(
         ArrowPages,
         "page",
-        lambda self, sql, rows: None if "_offset >= 1001 " in sql else page(self, sql, rows),
+        lambda self, sql, rows, remaining=0: (
+            None if "_offset >= 1001 " in sql else page(self, sql, rows, remaining)
+        ),
     )
     async with app:
         await log.append_many([(f"n-{k}", [Noted(ratio=k / 3)], 0) for k in range(2100)])
+        await helpers_ready(app)
         batches = [b async for b in log.read_batches(batch_size=1000)]
     assert [b.num_rows for b in batches] == [1000, 1000, 100]
     offsets = [o for b in batches for o in b.column("_offset").to_pylist()]
@@ -339,36 +342,13 @@ async def test_a_driver_that_cannot_connect_leaves_reads_to_rows(
     assert "fall back to rows" in caplog.text
 
 
-async def test_a_sqlite_file_is_never_read_through_a_second_sqlite_library(
-    file_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``adbc-driver-sqlite`` carries its own SQLite: two copies of the library in one
-    process that open one file break each other's locks and WAL index (a reader crashed
-    with SIGBUS while the store wrote). With the driver installed, a SQLite file's pages
-    still come from the store's own connections, while appends run beside the reads."""
-    assert importlib.util.find_spec("adbc_driver_sqlite") is not None  # installed, unused
-    calls: list[str] = []
-    page = ArrowPages.page
-
-    def counted(self: ArrowPages, sql: str, rows: int) -> Any:
-        calls.append(sql)
-        return page(self, sql, rows)
-
-    monkeypatch.setattr(ArrowPages, "page", counted)
-    app = rv.App(store=file_url)
-    log = app.event_log(Notes)
-    async with app:
-        assert not app.store._arrow.available  # type: ignore[attr-defined]
-        await log.append_many([(f"n-{k}", [Noted(ratio=k / 3)], 0) for k in range(1500)])
-
-        async def write() -> None:
-            for k in range(200):
-                await log.append(f"w-{k}", [Noted(ratio=k)], expected_version=0)
-
-        writing = asyncio.ensure_future(write())
-        seen = 0
-        while not writing.done():
-            seen = sum([b.num_rows async for b in log.read_batches(batch_size=100)])
-        await writing
-        assert seen >= 1500 and await log.head() == 1700
-    assert calls == []
+async def helpers_ready(app: rv.App) -> None:
+    """A SQLite file's Arrow helper processes started and ready (until then, and for reads
+    shorter than ``arrowhelper.SPAWN_AT`` rows, its pages come as rows)."""
+    pool = app.store._arrow._helpers  # type: ignore[attr-defined]
+    if pool is None:
+        return
+    pool.warm()
+    async with asyncio.timeout(60):
+        while pool.ready() < arrowhelper.HELPERS:
+            await asyncio.sleep(0.01)

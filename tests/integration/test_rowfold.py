@@ -157,8 +157,8 @@ async def test_a_fold_catches_up_from_arrow_pages_on_postgres(pg_url: str) -> No
     arrow: list[bool] = []
     real = ArrowPages.page
 
-    def spy(self: ArrowPages, sql: str, rows: int) -> Any:
-        out = real(self, sql, rows)
+    def spy(self: ArrowPages, sql: str, rows: int, remaining: int = 0) -> Any:
+        out = real(self, sql, rows, remaining)
         arrow.append(out is not None)
         return out
 

@@ -1,0 +1,71 @@
+"""The helper process that reads a SQLite file's pages into Arrow (see ``arrowread.py``).
+
+Run as ``python -P _arrowchild.py DATABASE BUSY_TIMEOUT_MS`` by the store, never imported
+by it: it imports only pyarrow and ``adbc-driver-sqlite``, whose own copy of SQLite must
+not share a process with the store's ``sqlite3``. It answers requests on stdin until stdin
+closes (the store closed it, or the store's process is gone).
+
+The protocol, all integers little-endian: the helper first writes ``R`` (ready). A
+request is the SQL's length (4 bytes), the rows per batch (8 bytes) and the SQL (UTF-8).
+The answer is ``T``, a length (8 bytes) and the page as an Arrow IPC stream, or ``E``, a
+length and an error message (UTF-8).
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from typing import Any, BinaryIO
+
+#: SQLite's ADBC driver infers each column's type from the first rows of a batch; one batch
+#: per page makes it look at every row of the page.
+_BATCH_ROWS = "adbc.sqlite.query.batch_rows"
+
+
+def _read(stream: BinaryIO, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+def serve(database: str, busy_ms: int, stdin: BinaryIO, stdout: BinaryIO) -> None:
+    import adbc_driver_sqlite.dbapi as driver
+    import pyarrow as pa
+
+    conn: Any = driver.connect(database, autocommit=True)
+    with conn.cursor() as cur:
+        cur.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
+    stdout.write(b"R")
+    stdout.flush()
+    try:
+        while True:
+            try:
+                size, rows = struct.unpack("<IQ", _read(stdin, 12))
+                sql = _read(stdin, size).decode()
+            except EOFError:
+                return
+            try:
+                with conn.cursor() as cur:
+                    cur.adbc_statement.set_options(**{_BATCH_ROWS: str(max(1, rows))})
+                    cur.execute(sql)
+                    table = cur.fetch_arrow_table()
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, table.schema) as writer:
+                    writer.write_table(table)
+                out = sink.getvalue()
+                stdout.write(b"T" + struct.pack("<Q", out.size))
+                stdout.write(memoryview(out))
+            except Exception as exc:  # the store reads this page as rows
+                text = f"{type(exc).__name__}: {exc}".encode()[:4000]
+                stdout.write(b"E" + struct.pack("<Q", len(text)) + text)
+            stdout.flush()
+    finally:
+        conn.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], int(sys.argv[2]), sys.stdin.buffer, sys.stdout.buffer)

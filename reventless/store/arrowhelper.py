@@ -1,0 +1,204 @@
+"""SQLite pages read into Arrow by helper processes (``_arrowchild.py``).
+
+``adbc-driver-sqlite`` reads a query's result straight into Arrow, but it carries its own
+copy of the SQLite library: two copies in one process that open one database file break
+each other's POSIX locks and WAL index (SQLite's "How To Corrupt" guide, 2.2; a reader
+crashed with SIGBUS while the store wrote). So the driver runs in helper processes of
+the store's own: to SQLite they are other processes sharing the file, which WAL is made
+for. A page comes back as an Arrow IPC stream over a pipe.
+
+A helper costs a process (its imports take a few tenths of a second of CPU), so helpers
+start only when a read has many rows left (``SPAWN_AT``): small reads, and the pages read
+while a helper starts, go through rows. At most ``HELPERS`` run per store; each answers one
+page at a time. A helper that fails or dies is dropped (its page goes through rows) and
+others start after ``RETRY_AFTER`` seconds. Closing the store closes their pipes and
+they exit; so do they when the store's process is gone (their stdin closes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+import pyarrow as pa
+
+log = logging.getLogger("reventless.store")
+
+#: Rows left to read from which a read starts a helper.
+SPAWN_AT = 20_000
+#: Helpers per store (pages after the first are read two at a time).
+HELPERS = 2
+#: Seconds without new helpers after one failed.
+RETRY_AFTER = 30.0
+_CHILD = Path(__file__).with_name("_arrowchild.py")
+
+
+class HelperError(Exception):
+    """A helper could not read a page (it said why, or it is gone)."""
+
+
+def _read(stream: IO[bytes], n: int) -> bytes:
+    data = stream.read(n)
+    if data is None or len(data) != n:
+        raise HelperError("the helper process is gone")
+    return data
+
+
+class Helper:
+    """One helper process reading pages of one SQLite file."""
+
+    def __init__(self, database: str, busy_ms: int) -> None:
+        self.proc = subprocess.Popen(  # -P: nothing of the helper's folder shadows a module
+            [sys.executable, "-P", str(_CHILD), database, str(busy_ms)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.ready = False
+
+    @property
+    def _pipes(self) -> tuple[IO[bytes], IO[bytes]]:
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        assert stdin is not None and stdout is not None
+        return stdin, stdout
+
+    def poll(self) -> bool:
+        """Whether the helper is ready (without waiting); ``HelperError`` if it died."""
+        if self.ready:
+            return True
+        stdout = self._pipes[1]
+        if select.select([stdout], [], [], 0)[0]:
+            if _read(stdout, 1) != b"R":
+                raise HelperError("the helper process did not start")
+            self.ready = True
+        elif self.proc.poll() is not None:
+            raise HelperError(f"the helper process exited ({self.proc.returncode})")
+        return self.ready
+
+    def page(self, sql: str, rows: int) -> pa.Table:
+        """The result of ``sql`` as an Arrow table; ``HelperError`` if it could not."""
+        stdin, stdout = self._pipes
+        data = sql.encode()
+        try:
+            stdin.write(struct.pack("<IQ", len(data), rows) + data)
+            stdin.flush()
+        except OSError as exc:
+            raise HelperError(f"the helper process is gone: {exc}") from None
+        kind = _read(stdout, 1)
+        (size,) = struct.unpack("<Q", _read(stdout, 8))
+        body = _read(stdout, size)
+        if kind != b"T":
+            raise HelperError(body.decode(errors="replace"))
+        return pa.ipc.open_stream(body).read_all()
+
+    def close(self) -> None:
+        """Close its pipes (it exits on end of input); kill it if it does not."""
+        stdin, stdout = self._pipes
+        for pipe in (stdin, stdout):
+            with contextlib.suppress(OSError):
+                pipe.close()
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class HelperPool:
+    """The helper processes of one SQLite file (started on demand, up to ``HELPERS``)."""
+
+    def __init__(self, database: str, busy_ms: int) -> None:
+        self.database, self.busy_ms = database, busy_ms
+        self._lock = threading.Lock()
+        self._idle: list[Helper] = []
+        self._starting: list[Helper] = []
+        self._busy = 0
+        self._closed = False
+        self._retry_at = 0.0
+
+    def page(self, sql: str, rows: int, remaining: int) -> pa.Table | None:
+        """``sql``'s result through an idle ready helper; None (read it as rows) when
+        there is none: then one starts if ``remaining`` rows make it worth it."""
+        with self._lock:
+            if self._closed:
+                return None
+            self._poll_starting()
+            helper = self._idle.pop() if self._idle else None
+            if helper is None:
+                running = len(self._starting) + self._busy  # (none is idle)
+                if (
+                    remaining >= SPAWN_AT
+                    and running < HELPERS
+                    and time.monotonic() >= self._retry_at
+                ):
+                    self._start()
+                return None
+            self._busy += 1
+        try:
+            table = helper.page(sql, rows)
+        except HelperError as exc:  # this page goes through rows
+            log.debug("a helper could not read a page as Arrow: %s", exc)
+            helper.close()
+            with self._lock:
+                self._busy -= 1
+                self._retry_at = time.monotonic() + RETRY_AFTER
+            return None
+        with self._lock:
+            self._busy -= 1
+            keep = not self._closed
+            if keep:
+                self._idle.append(helper)
+        if not keep:
+            helper.close()
+        return table
+
+    def warm(self) -> None:
+        """Start the helpers now (a long read is coming), whatever the rows left."""
+        with self._lock:
+            while not self._closed and len(self._starting) + len(self._idle) + self._busy < HELPERS:
+                self._start()
+                if time.monotonic() < self._retry_at:
+                    break
+
+    def ready(self) -> int:
+        """How many helpers are ready and idle."""
+        with self._lock:
+            self._poll_starting()
+            return len(self._idle)
+
+    def _start(self) -> None:
+        try:
+            self._starting.append(Helper(self.database, self.busy_ms))
+        except OSError as exc:  # no process could start (limits, a missing interpreter)
+            log.warning("Arrow reads go through rows for %s s: %s", RETRY_AFTER, exc)
+            self._retry_at = time.monotonic() + RETRY_AFTER
+
+    def _poll_starting(self) -> None:
+        for helper in list(self._starting):
+            try:
+                ready = helper.poll()
+            except HelperError as exc:
+                log.warning("Arrow reads go through rows for %s s: %s", RETRY_AFTER, exc)
+                self._starting.remove(helper)
+                helper.close()
+                self._retry_at = time.monotonic() + RETRY_AFTER
+                continue
+            if ready:
+                self._starting.remove(helper)
+                self._idle.append(helper)
+
+    def close(self) -> None:
+        """Stop the helpers (one reading a page stops when it is done)."""
+        with self._lock:
+            self._closed = True
+            helpers, self._idle, self._starting = self._idle + self._starting, [], []
+        for helper in helpers:
+            helper.close()

@@ -1,0 +1,140 @@
+"""A SQLite file's Arrow pages come from helper processes, never from a second SQLite
+library in the store's process; helpers that die or never start leave reads to rows;
+closing the store stops them."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import pytest
+
+import reventless as rv
+from reventless.store import arrowhelper
+from reventless.store.arrowread import ArrowPages
+from tests.integration.test_bulk_execute import Noted, Notes, helpers_ready
+
+
+def pool_of(app: rv.App) -> arrowhelper.HelperPool:
+    pool = app.store._arrow._helpers  # type: ignore[attr-defined]
+    assert isinstance(pool, arrowhelper.HelperPool)
+    return pool
+
+
+def counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of each page that came as Arrow (-1: a page that came as rows)."""
+    pages: list[int] = []
+    page = ArrowPages.page
+
+    def counted(self: ArrowPages, sql: str, rows: int, remaining: int = 0) -> Any:
+        out = page(self, sql, rows, remaining)
+        pages.append(-1 if out is None else out.num_rows)
+        return out
+
+    monkeypatch.setattr(ArrowPages, "page", counted)
+    return pages
+
+
+async def test_pages_come_from_helpers_while_the_store_writes(
+    file_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``adbc-driver-sqlite`` carries its own SQLite: two copies of the library in one
+    process that open one file break each other's locks and WAL index (a reader crashed
+    with SIGBUS while the store wrote). Its pages come from helper processes, as Arrow,
+    while appends commit beside them; the driver never loads in the store's process."""
+    pages = counting(monkeypatch)
+    app = rv.App(store=file_url)
+    log = app.event_log(Notes)
+    async with app:
+        await log.append_many([(f"n-{k}", [Noted(ratio=k / 3)], 0) for k in range(1500)])
+        await helpers_ready(app)
+
+        async def write() -> None:
+            for k in range(300):
+                await log.append(f"w-{k}", [Noted(ratio=k)], expected_version=0)
+
+        writing = asyncio.ensure_future(write())
+        reads = 0
+        while not writing.done() or reads < 3:
+            batches = [b async for b in log.read_batches(batch_size=100)]
+            offsets = [o for b in batches for o in b.column("_offset").to_pylist()]
+            assert offsets == list(range(1, len(offsets) + 1)) and len(offsets) >= 1500
+            reads += 1
+        await writing
+        assert await log.head() == 1800
+        got = [r for b in [b async for b in log.read_batches()] for r in b.column("ratio")]
+        assert [r.as_py() for r in got] == [k / 3 for k in range(1500)] + list(range(300))
+    assert pages and all(n > 0 for n in pages)  # every page came as Arrow
+    assert "adbc_driver_sqlite" not in sys.modules
+
+
+async def test_a_short_read_starts_no_helper_and_a_long_one_does(
+    file_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(arrowhelper, "SPAWN_AT", 3000)
+    pages = counting(monkeypatch)
+    app = rv.App(store=file_url)
+    log = app.event_log(Notes)
+    async with app:
+        await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(2500)])
+        assert sum([b.num_rows async for b in log.read_batches(batch_size=500)]) == 2500
+        pool = pool_of(app)
+        assert pool.ready() == 0 and not pool._starting  # 2,500 rows: no helper
+        await log.append_many([(f"m-{k}", [Noted(ratio=k)], 0) for k in range(1000)])
+        assert sum([b.num_rows async for b in log.read_batches(batch_size=500)]) == 3500
+        assert pool._starting or pool.ready()  # 3,500 rows: helpers start
+    assert pages and all(n == -1 for n in pages[:5])  # the first read: rows
+
+
+async def test_a_helper_that_dies_leaves_its_page_to_rows(
+    file_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pages = counting(monkeypatch)
+    app = rv.App(store=file_url)
+    log = app.event_log(Notes)
+    async with app:
+        await log.append_many([(f"n-{k}", [Noted(ratio=k / 3)], 0) for k in range(2100)])
+        await helpers_ready(app)
+        pool = pool_of(app)
+        for helper in pool._idle:
+            helper.proc.kill()
+            helper.proc.wait()
+        batches = [b async for b in log.read_batches(batch_size=1000)]
+        assert pool.ready() == 0  # dropped, and none starts for RETRY_AFTER seconds
+    assert [b.num_rows for b in batches] == [1000, 1000, 100]
+    assert [r for b in batches for r in b.column("ratio").to_pylist()] == [
+        k / 3 for k in range(2100)
+    ]
+    assert pages.count(-1) >= 2  # the pages the dead helpers were asked for: rows
+
+
+async def test_a_helper_that_cannot_start_leaves_reads_to_rows(
+    file_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(arrowhelper, "_CHILD", arrowhelper._CHILD.with_name("missing.py"))
+    monkeypatch.setattr(arrowhelper, "SPAWN_AT", 0)
+    app = rv.App(store=file_url)
+    log = app.event_log(Notes)
+    async with app:
+        await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(1500)])
+        pool = pool_of(app)
+        pool.warm()
+        async with asyncio.timeout(30):
+            while pool._starting:  # they exit at once: no such script
+                assert [b.num_rows async for b in log.read_batches(batch_size=1000)] == [1000, 500]
+                await asyncio.sleep(0.01)
+        assert [b.num_rows async for b in log.read_batches(batch_size=1000)] == [1000, 500]
+        assert pool.ready() == 0
+    assert "Arrow reads go through rows" in caplog.text
+
+
+async def test_closing_the_store_stops_its_helpers(file_url: str) -> None:
+    app = rv.App(store=file_url)
+    log = app.event_log(Notes)
+    async with app:
+        await log.append("n-0", [Noted(ratio=1)], expected_version=0)
+        await helpers_ready(app)
+        procs = [h.proc for h in pool_of(app)._idle]
+        assert len(procs) == arrowhelper.HELPERS and all(p.poll() is None for p in procs)
+    assert all(p.poll() is not None for p in procs)
