@@ -18,6 +18,7 @@ they exit; so do they when the store's process is gone (their stdin closes).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import select
 import struct
@@ -39,6 +40,8 @@ HELPERS = 2
 #: Seconds without new helpers after one failed.
 RETRY_AFTER = 30.0
 _CHILD = Path(__file__).with_name("_arrowchild.py")
+#: The pipe a helper answers through (a page of 10,000 events is about 2 MB).
+_PIPE_BYTES = 1 << 20
 
 
 class HelperError(Exception):
@@ -63,6 +66,8 @@ class Helper:
             stderr=subprocess.DEVNULL,
         )
         self.ready = False
+        with contextlib.suppress(OSError, AttributeError):  # Linux: pages in fewer chunks
+            fcntl.fcntl(self._pipes[1].fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
 
     @property
     def _pipes(self) -> tuple[IO[bytes], IO[bytes]]:
