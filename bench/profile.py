@@ -195,7 +195,9 @@ def main() -> None:
         "Command: `python -m bench.profile` (SQLite file, `synchronous=OFF`). CPU per "
         "operation from a plain run; the five functions with the most own time from a "
         "`cProfile` run of the event loop's thread (shares of its profiled time; the "
-        "profiler inflates small calls). Full profiles: `bench/profiles/<workload>.txt`.",
+        "profiler inflates small calls). The CPU per operation is this process's: a SQLite "
+        "file's Arrow helper processes (batch and fold catch-ups) are not in it. Full "
+        "profiles: `bench/profiles/<workload>.txt`.",
         "",
         "| workload | us CPU per op | most own time |",
         "|---|--:|---|",

@@ -104,12 +104,18 @@ class Helper:
             raise HelperError(body.decode(errors="replace"))
         return pa.ipc.open_stream(body).read_all()
 
-    def close(self) -> None:
-        """Close its pipes (it exits on end of input); kill it if it does not."""
+    def close(self, *, wait: bool = True) -> None:
+        """Close its pipes (it exits on end of input); ``wait``: until it has, killing it
+        if it takes more than 2 s."""
         stdin, stdout = self._pipes
         for pipe in (stdin, stdout):
             with contextlib.suppress(OSError):
                 pipe.close()
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        """Wait for the helper to exit (after ``close``); kill it after 2 s."""
         try:
             self.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
@@ -205,5 +211,7 @@ class HelperPool:
         with self._lock:
             self._closed = True
             helpers, self._idle, self._starting = self._idle + self._starting, [], []
+        for helper in helpers:  # all told first: they exit side by side
+            helper.close(wait=False)
         for helper in helpers:
-            helper.close()
+            helper.wait()

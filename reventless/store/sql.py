@@ -211,7 +211,7 @@ class SqlEventStore:
             await self._async.close()
             self._async = None
         await self._dcb.close()
-        self._arrow.close()
+        await asyncio.to_thread(self._arrow.close)  # (waits for helper processes to exit)
         await self.db.close()
 
     # -- topics ----------------------------------------------------------------------------
