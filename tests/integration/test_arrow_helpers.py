@@ -6,34 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
 
 import pytest
 
 import reventless as rv
 from reventless.store import arrowhelper
-from reventless.store.arrowread import ArrowPages
-from tests.integration.test_bulk_execute import Noted, Notes, helpers_ready
+from tests.arrow_pages import counting, helpers_ready
+from tests.integration.test_bulk_execute import Noted, Notes
 
 
 def pool_of(app: rv.App) -> arrowhelper.HelperPool:
     pool = app.store._arrow._helpers  # type: ignore[attr-defined]
     assert isinstance(pool, arrowhelper.HelperPool)
     return pool
-
-
-def counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The rows of each page that came as Arrow (-1: a page that came as rows)."""
-    pages: list[int] = []
-    page = ArrowPages.page
-
-    def counted(self: ArrowPages, sql: str, rows: int, remaining: int = 0) -> Any:
-        out = page(self, sql, rows, remaining)
-        pages.append(-1 if out is None else out.num_rows)
-        return out
-
-    monkeypatch.setattr(ArrowPages, "page", counted)
-    return pages
 
 
 async def test_pages_come_from_helpers_while_the_store_writes(

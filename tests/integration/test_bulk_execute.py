@@ -7,7 +7,6 @@ process whose writes make the first one's states stale.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Annotated, Any
@@ -17,9 +16,10 @@ import pytest
 from pydantic import BaseModel, Field
 
 import reventless as rv
-from reventless.store import arrowhelper, require_sql
+from reventless.store import require_sql
 from reventless.store.arrowread import ArrowPages
 from reventless.testing.store_suite import Account, Deposit, Deposited, Withdraw
+from tests.arrow_pages import counting, helpers_ready
 
 
 async def rows(app: rv.App, sql: str) -> list[tuple[Any, ...]]:
@@ -264,15 +264,7 @@ async def test_read_batches_as_arrow_equal_batches_built_from_rows(
         )
         for k in range(n)
     ]
-    tables: list[int] = []
-    page = ArrowPages.page
-
-    def counted(self: ArrowPages, sql: str, rows: int, remaining: int = 0) -> Any:
-        out = page(self, sql, rows, remaining)
-        tables.append(-1 if out is None else out.num_rows)
-        return out
-
-    monkeypatch.setattr(ArrowPages, "page", counted)
+    tables = counting(monkeypatch)
     async with app:
         await log.append_many([(f"n-{k}", [e], 0) for k, e in enumerate(events)])
         await helpers_ready(app)
@@ -340,15 +332,3 @@ async def test_a_driver_that_cannot_connect_leaves_reads_to_rows(
         k / 3 for k in range(1500)
     ]
     assert "fall back to rows" in caplog.text
-
-
-async def helpers_ready(app: rv.App) -> None:
-    """A SQLite file's Arrow helper processes started and ready (until then, and for reads
-    shorter than ``arrowhelper.SPAWN_AT`` rows, its pages come as rows)."""
-    pool = app.store._arrow._helpers  # type: ignore[attr-defined]
-    if pool is None:
-        return
-    pool.warm()
-    async with asyncio.timeout(60):
-        while pool.ready() < arrowhelper.HELPERS:
-            await asyncio.sleep(0.01)
