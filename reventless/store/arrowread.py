@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -55,7 +56,11 @@ class ArrowPages:
         self._driver = None
         if not db.is_sqlite:
             self._driver = _module("adbc_driver_postgresql.dbapi")
-        elif not db.is_memory and importlib.util.find_spec("adbc_driver_sqlite") is not None:
+        elif (
+            os.name == "posix"  # (helpers talk through pipes with select)
+            and not db.is_memory
+            and importlib.util.find_spec("adbc_driver_sqlite") is not None
+        ):
             self._helpers = HelperPool(str(db.url.database), int(db.options.busy_timeout_ms))
         self._idle: list[Any] = []
         self._lock = threading.Lock()
