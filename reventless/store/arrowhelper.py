@@ -10,7 +10,7 @@ for. A page comes back as an Arrow IPC stream over a pipe.
 A helper costs a process (about 0.13 s of CPU to start and 70 MB), so helpers start
 only when a read has many rows left (``SPAWN_AT``): small reads, and the pages read
 while a helper starts, go through rows. At most ``HELPERS`` run per store; each answers one
-page at a time. A helper that fails or dies is dropped (its page goes through rows) and
+page at a time, and a page that finds them all busy waits for the next free one. A helper that fails or dies is dropped (its page goes through rows) and
 others start after ``RETRY_AFTER`` seconds. Closing the store closes their pipes and
 they exit; so do they when the store's process is gone (their stdin closes).
 """
@@ -38,6 +38,8 @@ SPAWN_AT = 20_000
 HELPERS = 2
 #: Seconds without new helpers after one failed.
 RETRY_AFTER = 30.0
+#: Seconds a page waits for a busy helper before it is read as rows.
+_WAIT = 5.0
 _CHILD = Path(__file__).with_name("_arrowchild.py")
 #: The pipe a helper answers through (a page of 10,000 events is about 2 MB).
 _PIPE_BYTES = 1 << 20
@@ -130,6 +132,8 @@ class HelperPool:
     def __init__(self, database: str, busy_ms: int) -> None:
         self.database, self.busy_ms = database, busy_ms
         self._lock = threading.Lock()
+        #: Signalled when a helper goes back to idle (or is dropped).
+        self._ready = threading.Condition(self._lock)
         self._idle: list[Helper] = []
         self._starting: list[Helper] = []
         self._busy = 0
@@ -137,37 +141,45 @@ class HelperPool:
         self._retry_at = 0.0
 
     def page(self, sql: str, rows: int, remaining: int) -> pa.Table | None:
-        """``sql``'s result through an idle ready helper; None (read it as rows) when
-        there is none: then one starts if ``remaining`` rows make it worth it."""
-        with self._lock:
-            if self._closed:
-                return None
-            self._poll_starting()
-            helper = self._idle.pop() if self._idle else None
-            if helper is None:
-                running = len(self._starting) + self._busy  # (none is idle)
-                if (
-                    remaining >= SPAWN_AT
-                    and running < HELPERS
-                    and time.monotonic() >= self._retry_at
-                ):
-                    self._start()
-                return None
-            self._busy += 1
+        """``sql``'s result through an idle ready helper, waiting for one while all of them
+        are busy; None (read it as rows) while none is ready: then one starts if
+        ``remaining`` rows make it worth it."""
+        with self._ready:
+            while True:
+                if self._closed:
+                    return None
+                self._poll_starting()
+                if self._idle:
+                    helper = self._idle.pop()
+                    self._busy += 1
+                    break
+                if self._starting or self._busy < HELPERS:
+                    if (
+                        remaining >= SPAWN_AT
+                        and len(self._starting) + self._busy < HELPERS
+                        and time.monotonic() >= self._retry_at
+                    ):
+                        self._start()
+                    return None
+                # every helper is reading a page (a few milliseconds): the next one is ours
+                if not self._ready.wait(timeout=_WAIT):
+                    return None
         try:
             table = helper.page(sql, rows)
         except HelperError as exc:  # this page goes through rows
             log.debug("a helper could not read a page as Arrow: %s", exc)
             helper.close()
-            with self._lock:
+            with self._ready:
                 self._busy -= 1
                 self._retry_at = time.monotonic() + RETRY_AFTER
+                self._ready.notify()
             return None
-        with self._lock:
+        with self._ready:
             self._busy -= 1
             keep = not self._closed
             if keep:
                 self._idle.append(helper)
+                self._ready.notify()
         if not keep:
             helper.close()
         return table
@@ -209,9 +221,10 @@ class HelperPool:
 
     def close(self) -> None:
         """Stop the helpers (one reading a page stops when it is done)."""
-        with self._lock:
+        with self._ready:
             self._closed = True
             helpers, self._idle, self._starting = self._idle + self._starting, [], []
+            self._ready.notify_all()  # pages waiting for a helper: read as rows
         for helper in helpers:  # all told first: they exit side by side
             helper.close(wait=False)
         for helper in helpers:

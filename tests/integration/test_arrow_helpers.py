@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import pyarrow as pa
 import pytest
 
 import reventless as rv
@@ -123,3 +124,24 @@ async def test_closing_the_store_stops_its_helpers(file_url: str) -> None:
         procs = [h.proc for h in pool_of(app)._idle]
         assert len(procs) == arrowhelper.HELPERS and all(p.poll() is None for p in procs)
     assert all(p.poll() is not None for p in procs)
+
+
+async def test_more_pages_at_once_than_helpers_wait_for_one(
+    file_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six pages read at once by two ready helpers: each page waits for the next free
+    helper (milliseconds) instead of falling back to rows, and all are exact."""
+    pages = counting(monkeypatch)
+    app = rv.App(store=file_url)
+    log = app.event_log(Notes)
+    async with app:
+        await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(3000)])
+        await helpers_ready(app)
+        got = await asyncio.gather(
+            *(app.store.read_columns(log.name, 1 + 500 * i, 500) for i in range(6))
+        )
+    assert all(isinstance(t, pa.Table) for t in got)
+    assert [t.column(0).to_pylist() for t in got] == [
+        list(range(1 + 500 * i, 501 + 500 * i)) for i in range(6)
+    ]
+    assert sorted(pages) == [500] * 6
