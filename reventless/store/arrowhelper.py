@@ -8,11 +8,12 @@ the store's own: to SQLite they are other processes sharing the file, which WAL 
 for. A page comes back as an Arrow IPC stream over a pipe.
 
 A helper costs a process (about 0.13 s of CPU to start and 70 MB), so helpers start
-only when a read has many rows left (``SPAWN_AT``): small reads, and the pages read
-while a helper starts, go through rows. At most ``HELPERS`` run per store; each answers one
-page at a time, and a page that finds them all busy waits for the next free one. A helper that fails or dies is dropped (its page goes through rows) and
-others start after ``RETRY_AFTER`` seconds. Closing the store closes their pipes and
-they exit; so do they when the store's process is gone (their stdin closes).
+only when a read has many rows left (``SPAWN_AT``): small reads, and the pages read while
+a helper starts, go through rows. At most ``HELPERS`` run per store; each answers one page
+at a time, and a page that finds them all busy waits for the next free one. A helper that
+fails or dies is dropped (its page goes through rows) and others start after
+``RETRY_AFTER`` seconds. Closing the store closes their pipes and they exit; so do they
+when the store's process is gone (their stdin closes).
 """
 
 from __future__ import annotations
