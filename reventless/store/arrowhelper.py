@@ -141,6 +141,14 @@ class HelperPool:
         self._closed = False
         self._retry_at = 0.0
 
+    def wanted(self, remaining: int) -> bool:
+        """Whether ``page`` could read a page of a read with ``remaining`` rows left as
+        Arrow, now or by starting a helper (else it is read as rows at once)."""
+        with self._lock:
+            return not self._closed and bool(
+                self._idle or self._starting or self._busy or remaining >= SPAWN_AT
+            )
+
     def page(self, sql: str, rows: int, remaining: int) -> pa.Table | None:
         """``sql``'s result through an idle ready helper, waiting for one while all of them
         are busy; None (read it as rows) while none is ready: then one starts if

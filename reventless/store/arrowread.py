@@ -76,6 +76,14 @@ class ArrowPages:
             return False
         return self._retry_at == 0.0 or time.monotonic() >= self._retry_at
 
+    def wanted(self, remaining: int) -> bool:
+        """Whether a page of a read with ``remaining`` rows left is worth a hop to a
+        thread for ``page``: not for a SQLite file whose read is too short to start a
+        helper while none runs (it would come back as rows)."""
+        if not self.available:
+            return False
+        return self._helpers is None or self._helpers.wanted(remaining)
+
     def _connect(self) -> Any:
         driver = self._driver
         assert driver is not None

@@ -581,15 +581,16 @@ class SqlEventStore:
         order, typed as the driver reads them: see ``TopicSchema.from_storage``), else
         the rows."""
         arrow = self._arrow
-        if arrow.available:
+        end = self.known_heads.get(topic, 0) if upto is None else upto
+        remaining = end - from_offset + 1
+        if arrow.wanted(remaining):
             sql = f"{self._entry(topic).select_sql} WHERE _offset >= {int(from_offset)}"
             if partition is not None:
                 sql += f" AND _partition = {int(partition)}"
             if upto is not None:
                 sql += f" AND _offset <= {int(upto)}"
             sql += f" ORDER BY _offset LIMIT {int(limit)}"
-            end = self.known_heads.get(topic, 0) if upto is None else upto
-            page = await asyncio.to_thread(arrow.page, sql, limit, end - from_offset + 1)
+            page = await asyncio.to_thread(arrow.page, sql, limit, remaining)
             if page is not None:
                 return page
         return await self.read(topic, from_offset, limit, upto=upto, partition=partition)

@@ -67,10 +67,11 @@ async def test_a_short_read_starts_no_helper_and_a_long_one_does(
         assert sum([b.num_rows async for b in log.read_batches(batch_size=500)]) == 2500
         pool = pool_of(app)
         assert pool.ready() == 0 and not pool._starting  # 2,500 rows: no helper
+        assert pages == []  # ...and its pages went straight to rows, no hop to ask one
         await log.append_many([(f"m-{k}", [Noted(ratio=k)], 0) for k in range(1000)])
         assert sum([b.num_rows async for b in log.read_batches(batch_size=500)]) == 3500
         assert pool._starting or pool.ready()  # 3,500 rows: helpers start
-    assert pages and all(n == -1 for n in pages[:5])  # the first read: rows
+    assert pages and all(n == -1 for n in pages[:5])  # the long read: rows while they start
 
 
 async def test_a_helper_that_dies_leaves_its_page_to_rows(
