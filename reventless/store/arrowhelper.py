@@ -39,6 +39,8 @@ SPAWN_AT = 20_000
 HELPERS = 2
 #: Seconds without new helpers after one failed.
 RETRY_AFTER = 30.0
+#: Pages asked of one helper at a time (it reads the next while the last is taken in).
+DEPTH = 2
 #: Seconds a page waits for a busy helper before it is read as rows.
 _WAIT = 5.0
 _CHILD = Path(__file__).with_name("_arrowchild.py")
@@ -58,7 +60,9 @@ def _read(stream: IO[bytes], n: int) -> bytes:
 
 
 class Helper:
-    """One helper process reading pages of one SQLite file."""
+    """One helper process reading pages of one SQLite file. Requests are pipelined: a page
+    can be asked for while the helper still reads the one before (``send``); answers come
+    back in the order asked (``receive``), so the helper never waits for the next ask."""
 
     def __init__(self, database: str, busy_ms: int) -> None:
         self.proc = subprocess.Popen(  # -P: nothing of the helper's folder shadows a module
@@ -68,6 +72,11 @@ class Helper:
             stderr=subprocess.DEVNULL,
         )
         self.ready = False
+        #: Pages asked and not yet answered (kept by the pool, under its lock).
+        self.load = 0
+        self._turn = threading.Condition()
+        self._sent = self._answered = 0
+        self._broken: str | None = None
         import fcntl  # (POSIX only, as helpers are: see ArrowPages)
 
         with contextlib.suppress(OSError, AttributeError):  # Linux: pages in fewer chunks
@@ -92,18 +101,45 @@ class Helper:
             raise HelperError(f"the helper process exited ({self.proc.returncode})")
         return self.ready
 
-    def page(self, sql: str, rows: int) -> pa.Table:
-        """The result of ``sql`` as an Arrow table; ``HelperError`` if it could not."""
-        stdin, stdout = self._pipes
+    def send(self, sql: str, rows: int) -> int:
+        """Ask for the result of ``sql``; returns the ticket ``receive`` takes."""
         data = sql.encode()
+        with self._turn:
+            if self._broken is not None:
+                raise HelperError(self._broken)
+            try:  # (a request is small: the pipe takes it while the helper reads a page)
+                stdin = self._pipes[0]
+                stdin.write(struct.pack("<IQ", len(data), rows) + data)
+                stdin.flush()
+            except (OSError, ValueError) as exc:
+                self._broken = f"the helper process is gone: {exc}"
+                self._turn.notify_all()
+                raise HelperError(self._broken) from None
+            self._sent += 1
+            return self._sent - 1
+
+    def receive(self, ticket: int) -> pa.Table:
+        """The answer to ``ticket`` as an Arrow table, once the answers before it are read;
+        ``HelperError`` if the helper could not read it (or is gone: every later ticket
+        fails too)."""
+        with self._turn:
+            while self._answered != ticket and self._broken is None:
+                self._turn.wait()
+            if self._broken is not None:
+                raise HelperError(self._broken)
         try:
-            stdin.write(struct.pack("<IQ", len(data), rows) + data)
-            stdin.flush()
-        except OSError as exc:
-            raise HelperError(f"the helper process is gone: {exc}") from None
-        kind = _read(stdout, 1)
-        (size,) = struct.unpack("<Q", _read(stdout, 8))
-        body = _read(stdout, size)
+            stdout = self._pipes[1]
+            kind = _read(stdout, 1)
+            (size,) = struct.unpack("<Q", _read(stdout, 8))
+            body = _read(stdout, size)
+        except (HelperError, OSError, ValueError) as exc:
+            with self._turn:
+                self._broken = str(exc) or "the helper process is gone"
+                self._turn.notify_all()
+            raise HelperError(str(exc)) from None
+        with self._turn:
+            self._answered += 1
+            self._turn.notify_all()
         if kind != b"T":
             raise HelperError(body.decode(errors="replace"))
         return pa.ipc.open_stream(body).read_all()
@@ -111,6 +147,9 @@ class Helper:
     def close(self, *, wait: bool = True) -> None:
         """Close its pipes (it exits on end of input); ``wait``: until it has, killing it
         if it takes more than 2 s."""
+        with self._turn:
+            self._broken = self._broken or "the helper was closed"
+            self._turn.notify_all()
         stdin, stdout = self._pipes
         for pipe in (stdin, stdout):
             with contextlib.suppress(OSError):
@@ -133,11 +172,10 @@ class HelperPool:
     def __init__(self, database: str, busy_ms: int) -> None:
         self.database, self.busy_ms = database, busy_ms
         self._lock = threading.Lock()
-        #: Signalled when a helper goes back to idle (or is dropped).
-        self._ready = threading.Condition(self._lock)
-        self._idle: list[Helper] = []
+        #: Signalled when a helper answers a page (or is dropped).
+        self._answered = threading.Condition(self._lock)
+        self._ready: list[Helper] = []
         self._starting: list[Helper] = []
-        self._busy = 0
         self._closed = False
         self._retry_at = 0.0
 
@@ -145,58 +183,74 @@ class HelperPool:
         """Whether ``page`` could read a page of a read with ``remaining`` rows left as
         Arrow, now or by starting a helper (else it is read as rows at once)."""
         with self._lock:
-            return not self._closed and bool(
-                self._idle or self._starting or self._busy or remaining >= SPAWN_AT
-            )
+            return not self._closed and bool(self._ready or self._starting or remaining >= SPAWN_AT)
 
     def page(self, sql: str, rows: int, remaining: int) -> pa.Table | None:
-        """``sql``'s result through an idle ready helper, waiting for one while all of them
-        are busy; None (read it as rows) while none is ready: then one starts if
-        ``remaining`` rows make it worth it."""
-        with self._ready:
+        """``sql``'s result through a ready helper: an idle one, else one with fewer than
+        ``DEPTH`` pages asked (it reads this one next), else the first to answer. None
+        (read it as rows) while none is ready: then one starts if ``remaining`` rows make
+        it worth it, as another does when every ready helper is reading."""
+        with self._answered:
             while True:
                 if self._closed:
                     return None
                 self._poll_starting()
-                if self._idle:
-                    helper = self._idle.pop()
-                    self._busy += 1
-                    break
-                if self._starting or self._busy < HELPERS:
-                    if (
-                        remaining >= SPAWN_AT
-                        and len(self._starting) + self._busy < HELPERS
-                        and time.monotonic() >= self._retry_at
-                    ):
-                        self._start()
+                idle = [h for h in self._ready if h.load == 0]
+                if (
+                    not idle
+                    and remaining >= SPAWN_AT
+                    and len(self._starting) + len(self._ready) < HELPERS
+                    and time.monotonic() >= self._retry_at
+                ):
+                    self._start()
+                if not self._ready:
                     return None
-                # every helper is reading a page (a few milliseconds): the next one is ours
-                if not self._ready.wait(timeout=_WAIT):
+                helper = min(self._ready, key=lambda h: h.load)
+                if helper.load < DEPTH:
+                    try:
+                        ticket = helper.send(sql, rows)
+                    except HelperError as exc:
+                        self._drop(helper, exc)
+                        ticket = -1
+                    helper.load += 1
+                    break
+                # every helper has DEPTH pages to read (a few milliseconds each)
+                if not self._answered.wait(timeout=_WAIT):
                     return None
         try:
-            table = helper.page(sql, rows)
+            if ticket < 0:
+                raise HelperError("the helper process is gone")
+            table = helper.receive(ticket)
         except HelperError as exc:  # this page goes through rows
-            log.debug("a helper could not read a page as Arrow: %s", exc)
-            helper.close()
-            with self._ready:
-                self._busy -= 1
-                self._retry_at = time.monotonic() + RETRY_AFTER
-                self._ready.notify()
+            with self._answered:
+                helper.load -= 1
+                self._drop(helper, exc)
+                gone = helper.load == 0
+            if gone:
+                helper.wait()
             return None
-        with self._ready:
-            self._busy -= 1
-            keep = not self._closed
-            if keep:
-                self._idle.append(helper)
-                self._ready.notify()
-        if not keep:
+        with self._answered:
+            helper.load -= 1
+            self._answered.notify()
+            done = self._closed and helper.load == 0
+        if done:
             helper.close()
         return table
+
+    def _drop(self, helper: Helper, exc: HelperError) -> None:
+        """(Under the lock.) A helper that failed: its pages go through rows, and no new
+        helper starts for ``RETRY_AFTER`` seconds."""
+        if helper in self._ready:
+            log.debug("a helper could not read a page as Arrow: %s", exc)
+            self._ready.remove(helper)
+            self._retry_at = time.monotonic() + RETRY_AFTER
+            helper.close(wait=False)
+        self._answered.notify_all()
 
     def warm(self) -> None:
         """Start the helpers now (a long read is coming), whatever the rows left."""
         with self._lock:
-            while not self._closed and len(self._starting) + len(self._idle) + self._busy < HELPERS:
+            while not self._closed and len(self._starting) + len(self._ready) < HELPERS:
                 self._start()
                 if time.monotonic() < self._retry_at:
                     break
@@ -205,7 +259,7 @@ class HelperPool:
         """How many helpers are ready and idle."""
         with self._lock:
             self._poll_starting()
-            return len(self._idle)
+            return sum(1 for h in self._ready if h.load == 0)
 
     def _start(self) -> None:
         try:
@@ -226,14 +280,15 @@ class HelperPool:
                 continue
             if ready:
                 self._starting.remove(helper)
-                self._idle.append(helper)
+                self._ready.append(helper)
 
     def close(self) -> None:
-        """Stop the helpers (one reading a page stops when it is done)."""
-        with self._ready:
+        """Stop the helpers (one with pages asked stops when they are answered)."""
+        with self._answered:
             self._closed = True
-            helpers, self._idle, self._starting = self._idle + self._starting, [], []
-            self._ready.notify_all()  # pages waiting for a helper: read as rows
+            helpers = [h for h in self._ready if h.load == 0] + self._starting
+            self._ready, self._starting = [h for h in self._ready if h.load], []
+            self._answered.notify_all()  # pages waiting for a helper: read as rows
         for helper in helpers:  # all told first: they exit side by side
             helper.close(wait=False)
         for helper in helpers:

@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .arrowhelper import HelperPool
+from .arrowhelper import DEPTH, HELPERS, HelperPool
 from .database import Database
 
 log = logging.getLogger("reventless.store")
@@ -75,6 +75,12 @@ class ArrowPages:
         if self._closed or (self._driver is None and self._helpers is None):
             return False
         return self._retry_at == 0.0 or time.monotonic() >= self._retry_at
+
+    @property
+    def ahead(self) -> int:
+        """Pages worth reading at once: two on PostgreSQL (a connection each), two per
+        helper of a SQLite file (``arrowhelper.DEPTH``)."""
+        return 2 if self._helpers is None else HELPERS * DEPTH
 
     def wanted(self, remaining: int) -> bool:
         """Whether a page of a read with ``remaining`` rows left is worth a hop to a

@@ -580,9 +580,23 @@ class SqlEventStore:
         """``read``, straight into Arrow where the store can: the stored columns (storage
         order, typed as the driver reads them: see ``TopicSchema.from_storage``), else
         the rows."""
-        arrow = self._arrow
         end = self.known_heads.get(topic, 0) if upto is None else upto
-        remaining = end - from_offset + 1
+        return await self._columns(
+            topic, from_offset, limit, upto, partition, end - from_offset + 1
+        )
+
+    async def _columns(
+        self,
+        topic: str,
+        from_offset: int,
+        limit: int,
+        upto: int | None,
+        partition: int | None,
+        remaining: int,
+    ) -> pa.Table | list[StoredRow]:
+        """``read_columns`` of a read with ``remaining`` rows left (this page's and the
+        pages' after it: a SQLite file starts its Arrow helpers for a long read)."""
+        arrow = self._arrow
         if arrow.wanted(remaining):
             sql = f"{self._entry(topic).select_sql} WHERE _offset >= {int(from_offset)}"
             if partition is not None:
@@ -600,27 +614,25 @@ class SqlEventStore:
     ) -> AsyncIterator[pa.Table | list[StoredRow]]:
         """``stream`` up to the head (or ``upto``), each page as ``read_columns`` reads it.
 
-        After the first page, pages are ranges of offsets (a topic's offsets are gapless
-        past its retention horizon), so the next two are read at once: on two reader
-        threads, or two PostgreSQL connections."""
+        Pages are ranges of offsets from the first one stored at or after ``from_offset``
+        (a topic's offsets are gapless past its retention horizon), so several are read at
+        once: two on two PostgreSQL connections, four through a SQLite file's helpers (two
+        each: a helper reads its next page while the last one is taken in)."""
         if not self._arrow.available:
             async for rows in self.stream(topic, from_offset, page_size, upto=upto):
                 yield rows
             return
         end = await self.head(topic) if upto is None else upto
-        first = await self.read_columns(topic, from_offset, page_size, upto=end)
-        if len(first):
-            yield first
-        if len(first) < page_size:
+        start = await self._first_offset(topic, from_offset, end)
+        if start is None:
             return
-        last = first[-1][0] if isinstance(first, list) else first.column(0)[-1].as_py()
-        start = int(last) + 1
         pending: deque[asyncio.Future[pa.Table | list[StoredRow]]] = deque()
+        ahead = self._arrow.ahead
         try:
             while start <= end or pending:
-                while len(pending) < 2 and start <= end:
+                while len(pending) < ahead and start <= end:
                     hi = min(end, start + page_size - 1)
-                    read = self.read_columns(topic, start, page_size, upto=hi)
+                    read = self._columns(topic, start, page_size, hi, None, end - start + 1)
                     pending.append(asyncio.ensure_future(read))
                     start = hi + 1
                 page = await pending.popleft()
@@ -630,6 +642,21 @@ class SqlEventStore:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _first_offset(self, topic: str, from_offset: int, upto: int) -> int | None:
+        """The first offset of ``topic`` stored in ``from_offset..upto`` (None: none is)."""
+        sql = (
+            f"SELECT MIN(_offset) FROM {self.db.q(self._entry(topic).info.table)} "
+            f"WHERE _offset >= {int(from_offset)} AND _offset <= {int(upto)}"
+        )
+
+        def work(conn: Connection) -> int | None:
+            cur = raw_cursor(conn)
+            cur.execute(sql)
+            row = cur.fetchone()
+            return None if row is None or row[0] is None else int(row[0])
+
+        return await self.db.read(work)
 
     async def read_stream(
         self, topic: str, aggregate_id: str, after_version: int

@@ -5,6 +5,8 @@ closing the store stops them."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
 
 import pyarrow as pa
@@ -84,7 +86,7 @@ async def test_a_helper_that_dies_leaves_its_page_to_rows(
         await log.append_many([(f"n-{k}", [Noted(ratio=k / 3)], 0) for k in range(2100)])
         await helpers_ready(app)
         pool = pool_of(app)
-        for helper in pool._idle:
+        for helper in pool._ready:
             helper.proc.kill()
             helper.proc.wait()
         batches = [b async for b in log.read_batches(batch_size=1000)]
@@ -122,7 +124,7 @@ async def test_closing_the_store_stops_its_helpers(file_url: str) -> None:
     async with app:
         await log.append("n-0", [Noted(ratio=1)], expected_version=0)
         await helpers_ready(app)
-        procs = [h.proc for h in pool_of(app)._idle]
+        procs = [h.proc for h in pool_of(app)._ready]
         assert len(procs) == arrowhelper.HELPERS and all(p.poll() is None for p in procs)
     assert all(p.poll() is not None for p in procs)
 
@@ -130,19 +132,78 @@ async def test_closing_the_store_stops_its_helpers(file_url: str) -> None:
 async def test_more_pages_at_once_than_helpers_wait_for_one(
     file_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Six pages read at once by two ready helpers: each page waits for the next free
-    helper (milliseconds) instead of falling back to rows, and all are exact."""
+    """Ten pages read at once by two ready helpers: four are asked at once (two each, a
+    helper reads its second while its first is taken in), the others wait for the next
+    answer (milliseconds) instead of falling back to rows, and all are exact."""
     pages = counting(monkeypatch)
     app = rv.App(store=file_url)
     log = app.event_log(Notes)
     async with app:
-        await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(3000)])
+        await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(5000)])
         await helpers_ready(app)
         got = await asyncio.gather(
-            *(app.store.read_columns(log.name, 1 + 500 * i, 500) for i in range(6))
+            *(app.store.read_columns(log.name, 1 + 500 * i, 500) for i in range(10))
         )
     assert all(isinstance(t, pa.Table) for t in got)
     assert [t.column(0).to_pylist() for t in got] == [
-        list(range(1 + 500 * i, 501 + 500 * i)) for i in range(6)
+        list(range(1 + 500 * i, 501 + 500 * i)) for i in range(10)
     ]
-    assert sorted(pages) == [500] * 6
+    assert sorted(pages) == [500] * 10
+
+
+async def test_a_helper_that_dies_with_pages_asked_leaves_them_all_to_rows(
+    file_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages are pipelined (two asked of each helper): a helper that dies with both asked
+    fails both, and both are read as rows, exact."""
+    pages = counting(monkeypatch)
+    app = rv.App(store=file_url)
+    log = app.event_log(Notes)
+    async with app:
+        await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(2000)])
+        await helpers_ready(app)
+        pool = pool_of(app)
+        helpers = list(pool._ready)
+        for helper in helpers:  # they take the asks into their pipes, and answer none
+            os.kill(helper.proc.pid, signal.SIGSTOP)
+        reads = asyncio.gather(
+            *(app.store.read_columns(log.name, 1 + 500 * i, 500) for i in range(4))
+        )
+        async with asyncio.timeout(30):
+            while sum(h.load for h in helpers) < 4:
+                await asyncio.sleep(0.01)
+        assert [h.load for h in helpers] == [2, 2]
+        for helper in helpers:
+            helper.proc.kill()
+        got = await reads
+        assert pool.ready() == 0
+    assert all(isinstance(t, list) for t in got)
+    assert [[r[0] for r in t] for t in got] == [
+        list(range(1 + 500 * i, 501 + 500 * i)) for i in range(4)
+    ]
+    assert pages == [-1] * 4
+
+
+async def test_pages_start_at_the_first_event_retention_left(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages are read ahead as ranges of offsets from the first event stored at or after
+    the read's start: after retention deleted a prefix, a read from offset 1 reads no
+    empty pages, and its batches are full and exact."""
+    from reventless.subscribe import Retention, Subscriptions
+    from tests.subscribe.conftest import order_rows, orders_app
+
+    pages = counting(monkeypatch)
+    app, topic = orders_app(shared_url)
+    async with app, Subscriptions(app.store.db):
+        await topic.publish(order_rows(3000))
+        retention = Retention(app.store.db)
+        await retention.set("orders", max_count=1100)
+        assert await retention.apply() == {"orders": 1900}
+        await helpers_ready(app)
+        batches = [b async for b in topic.read_batches(batch_size=500)]
+    assert [b.num_rows for b in batches] == [500, 500, 100]
+    offsets = [o for b in batches for o in b.column("_offset").to_pylist()]
+    assert offsets == list(range(1901, 3001))
+    assert [b.column("qty").to_pylist() for b in batches][2] == list(range(2900, 3000))
+    assert sorted(pages) == [100, 500, 500]  # every page read was one of them, as Arrow
