@@ -18,6 +18,12 @@ from tests.moto_server import moto_server, sns_sqs_url  # noqa: F401  (fixtures)
 from tests.nats_server import nats_server, nats_url  # noqa: F401  (fixtures)
 from tests.services import unavailable
 
+# pytest-xdist's workers (``make test`` runs two) get COLUMNS=80 and LINES=24 from execnet:
+# the CLI's tables would fold at 80 columns there and nowhere else.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -30,6 +36,16 @@ settings.register_profile(
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 STORE_KINDS = ["sqlite-file", "sqlite-memory"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``): the tests
+    that need Spark run on one worker, whose one shared session (and loopback cluster)
+    they use, instead of a JVM each per worker."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("spark") or fixtures & {"spark", "standalone"}:
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 def pytest_exception_interact(node: pytest.Item, call: pytest.CallInfo[None]) -> None:
