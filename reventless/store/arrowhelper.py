@@ -186,18 +186,21 @@ class HelperPool:
             return not self._closed and bool(self._ready or self._starting or remaining >= SPAWN_AT)
 
     def page(self, sql: str, rows: int, remaining: int) -> pa.Table | None:
-        """``sql``'s result through a ready helper: an idle one, else one with fewer than
-        ``DEPTH`` pages asked (it reads this one next), else the first to answer. None
+        """``sql``'s result through a ready helper: the one with the fewest pages asked
+        (fewer than ``DEPTH``: it reads this one next), else the first to answer. None
         (read it as rows) while none is ready: then one starts if ``remaining`` rows make
-        it worth it, as another does when every ready helper is reading."""
+        it worth it, as another does when the helpers have ``DEPTH`` pages asked each. A
+        catch-up that asks two pages at a time keeps one helper (the other core commits
+        its batches); ``read_batches``, four at a time, gets two."""
         with self._answered:
             while True:
                 if self._closed:
                     return None
                 self._poll_starting()
-                idle = [h for h in self._ready if h.load == 0]
+                # pages the helpers could take now (one starting counts as ready)
+                room = sum(DEPTH - h.load for h in self._ready) + DEPTH * len(self._starting)
                 if (
-                    not idle
+                    room <= 0
                     and remaining >= SPAWN_AT
                     and len(self._starting) + len(self._ready) < HELPERS
                     and time.monotonic() >= self._retry_at
