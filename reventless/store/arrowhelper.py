@@ -9,11 +9,14 @@ for. A page comes back as an Arrow IPC stream over a pipe.
 
 A helper costs a process (about 0.13 s of CPU to start and 70 MB), so helpers start
 only when a read has many rows left (``SPAWN_AT``): small reads, and the pages read while
-a helper starts, go through rows. At most ``HELPERS`` run per store; each answers one page
-at a time, and a page that finds them all busy waits for the next free one. A helper that
-fails or dies is dropped (its page goes through rows) and others start after
-``RETRY_AFTER`` seconds. Closing the store closes their pipes and they exit; so do they
-when the store's process is gone (their stdin closes).
+a helper starts, go through rows (a read with ``WAIT_AT`` rows left waits for it instead).
+A helper is asked up to ``DEPTH`` pages at once and reads them in turn (it reads the next
+while the last crosses the pipe); another starts when the ready ones have ``DEPTH`` pages
+asked each, up to ``HELPERS`` per store, and a page that finds them all full waits for the
+next answer. A helper that fails, dies or takes over ``_START_LIMIT`` seconds to start is
+dropped (its pages go through rows) and others start after ``RETRY_AFTER`` seconds.
+Closing the store closes their pipes and they exit; so do they when the store's process
+is gone (their stdin closes).
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ _WAIT = 5.0
 _CHILD = Path(__file__).with_name("_arrowchild.py")
 #: The pipe a helper answers through (a page of 10,000 events is about 2 MB).
 _PIPE_BYTES = 1 << 20
+#: A read with this many rows left waits for a starting helper instead of reading rows.
+WAIT_AT = 100_000
+#: Seconds a helper may take to start before it counts as failed.
+_START_LIMIT = 10.0
 
 
 class HelperError(Exception):
@@ -72,6 +79,7 @@ class Helper:
             stderr=subprocess.DEVNULL,
         )
         self.ready = False
+        self.started = time.monotonic()
         #: Pages asked and not yet answered (kept by the pool, under its lock).
         self.load = 0
         self._turn = threading.Condition()
@@ -207,7 +215,12 @@ class HelperPool:
                 ):
                     self._start()
                 if not self._ready:
-                    return None
+                    if not self._starting or remaining < WAIT_AT:
+                        return None
+                    # a long read: its pages come faster after the wait (~0.15 s) than
+                    # through rows meanwhile, which also slow the helper's start down
+                    self._answered.wait(timeout=0.01)
+                    continue
                 helper = min(self._ready, key=lambda h: h.load)
                 if helper.load < DEPTH:
                     try:
@@ -284,6 +297,16 @@ class HelperPool:
             if ready:
                 self._starting.remove(helper)
                 self._ready.append(helper)
+            elif time.monotonic() - helper.started > _START_LIMIT:
+                log.warning(
+                    "Arrow reads go through rows for %s s: a helper did not start within %s s",
+                    RETRY_AFTER,
+                    _START_LIMIT,
+                )
+                self._starting.remove(helper)
+                helper.proc.kill()
+                helper.close()
+                self._retry_at = time.monotonic() + RETRY_AFTER
 
     def close(self) -> None:
         """Stop the helpers (one with pages asked stops when they are answered)."""

@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -207,3 +208,41 @@ async def test_pages_start_at_the_first_event_retention_left(
     assert offsets == list(range(1901, 3001))
     assert [b.column("qty").to_pylist() for b in batches][2] == list(range(2900, 3000))
     assert sorted(pages) == [100, 500, 500]  # every page read was one of them, as Arrow
+
+
+async def test_a_long_read_waits_for_its_helper_instead_of_reading_rows(
+    file_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(arrowhelper, "SPAWN_AT", 1000)
+    monkeypatch.setattr(arrowhelper, "WAIT_AT", 2000)
+    pages = counting(monkeypatch)
+    app = rv.App(store=file_url)
+    log = app.event_log(Notes)
+    async with app:
+        await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(3000)])
+        batches = [b async for b in log.read_batches(batch_size=500)]
+    assert [r for b in batches for r in b.column("ratio").to_pylist()] == list(range(3000))
+    # the three pages with 2,000 rows or more left waited for the helper (the others came
+    # as rows if they were asked before it was ready)
+    assert len(pages) == 6 and pages.count(500) >= 3
+
+
+async def test_a_helper_that_never_gets_ready_is_dropped(
+    file_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A helper that hangs before it is ready: the pages that wait for it give up after
+    the start limit, are read as rows, and it is killed."""
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\ntime.sleep(600)\n")
+    monkeypatch.setattr(arrowhelper, "_CHILD", hang)
+    monkeypatch.setattr(arrowhelper, "_START_LIMIT", 0.5)
+    monkeypatch.setattr(arrowhelper, "SPAWN_AT", 100)
+    monkeypatch.setattr(arrowhelper, "WAIT_AT", 100)
+    app = rv.App(store=file_url)
+    log = app.event_log(Notes)
+    async with app:
+        await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(1500)])
+        pool = pool_of(app)
+        got = [b.num_rows async for b in log.read_batches(batch_size=500)]
+        assert got == [500, 500, 500] and pool.ready() == 0 and not pool._starting
+    assert "did not start within" in caplog.text
