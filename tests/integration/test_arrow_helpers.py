@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -23,6 +24,22 @@ def pool_of(app: rv.App) -> arrowhelper.HelperPool:
     pool = app.store._arrow._helpers  # type: ignore[attr-defined]
     assert isinstance(pool, arrowhelper.HelperPool)
     return pool
+
+
+async def noted(app: rv.App, log: rv.EventLog[Any], n: int) -> None:
+    """``n`` notes appended, and the helpers ready."""
+    await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(n)])
+    await helpers_ready(app)
+
+
+def pages_at_once(app: rv.App, log: rv.EventLog[Any], n: int) -> Any:
+    """``n`` pages of 500 from offset 1, all asked at once."""
+    return asyncio.gather(*(app.store.read_columns(log.name, 1 + 500 * i, 500) for i in range(n)))
+
+
+def page_offsets(n: int) -> list[list[int]]:
+    """The offsets of ``pages_at_once(n)``, page by page."""
+    return [list(range(1 + 500 * i, 501 + 500 * i)) for i in range(n)]
 
 
 async def test_pages_come_from_helpers_while_the_store_writes(
@@ -140,15 +157,10 @@ async def test_more_pages_at_once_than_helpers_wait_for_one(
     app = rv.App(store=file_url)
     log = app.event_log(Notes)
     async with app:
-        await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(5000)])
-        await helpers_ready(app)
-        got = await asyncio.gather(
-            *(app.store.read_columns(log.name, 1 + 500 * i, 500) for i in range(10))
-        )
+        await noted(app, log, 5000)
+        got = await pages_at_once(app, log, 10)
     assert all(isinstance(t, pa.Table) for t in got)
-    assert [t.column(0).to_pylist() for t in got] == [
-        list(range(1 + 500 * i, 501 + 500 * i)) for i in range(10)
-    ]
+    assert [t.column(0).to_pylist() for t in got] == page_offsets(10)
     assert sorted(pages) == [500] * 10
 
 
@@ -161,15 +173,12 @@ async def test_a_helper_that_dies_with_pages_asked_leaves_them_all_to_rows(
     app = rv.App(store=file_url)
     log = app.event_log(Notes)
     async with app:
-        await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(2000)])
-        await helpers_ready(app)
+        await noted(app, log, 2000)
         pool = pool_of(app)
         helpers = list(pool._ready)
         for helper in helpers:  # they take the asks into their pipes, and answer none
             os.kill(helper.proc.pid, signal.SIGSTOP)
-        reads = asyncio.gather(
-            *(app.store.read_columns(log.name, 1 + 500 * i, 500) for i in range(4))
-        )
+        reads = pages_at_once(app, log, 4)
         async with asyncio.timeout(30):
             while sum(h.load for h in helpers) < 4:
                 await asyncio.sleep(0.01)
@@ -179,9 +188,7 @@ async def test_a_helper_that_dies_with_pages_asked_leaves_them_all_to_rows(
         got = await reads
         assert pool.ready() == 0
     assert all(isinstance(t, list) for t in got)
-    assert [[r[0] for r in t] for t in got] == [
-        list(range(1 + 500 * i, 501 + 500 * i)) for i in range(4)
-    ]
+    assert [[r[0] for r in t] for t in got] == page_offsets(4)
     assert pages == [-1] * 4
 
 
