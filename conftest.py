@@ -40,11 +40,11 @@ STORE_KINDS = ["sqlite-file", "sqlite-memory"]
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``): the tests
-    that need Spark run on one worker, whose one shared session (and loopback cluster)
-    they use, instead of a JVM each per worker."""
+    that use the shared Spark session (or the loopback cluster) run on one worker, instead
+    of a session's JVM in each; those whose Spark runs in processes of their own (CLI
+    commands, killed drivers) go to either."""
     for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        if item.get_closest_marker("spark") or fixtures & {"spark", "standalone"}:
+        if set(getattr(item, "fixturenames", ())) & {"spark", "standalone"}:
             item.add_marker(pytest.mark.xdist_group("spark"))
 
 

@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """A local[2] session shared by every Spark test (few shuffle partitions)."""
+def spark_ready() -> None:
+    """Java and pyspark are there, and Spark's Python workers find the repo's modules (for
+    a test whose Spark runs in processes of its own: no session in this one)."""
     if shutil.which("java") is None:
         unavailable("Java is not installed (make test installs it: infra/local/java.sh)")
     try:
@@ -28,6 +29,11 @@ def spark() -> Iterator[Any]:
     # Python workers import the handlers' modules (examples.*, tests.*) from the repo.
     paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
+@pytest.fixture(scope="session")
+def spark(spark_ready: None) -> Iterator[Any]:
+    """A local[2] session shared by every Spark test (few shuffle partitions)."""
     from reventless.spark import session
 
     s = session("local[2]", conf={"spark.sql.shuffle.partitions": "2"})

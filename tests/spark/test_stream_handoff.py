@@ -87,7 +87,7 @@ async def test_live_collector_hands_the_read_model_to_a_stream_and_back(
 
 @pytest.mark.slow
 async def test_a_driver_killed_mid_stream_restarts_without_loss_or_doubles(
-    spark: Any, tmp_path: Path
+    spark_ready: None, tmp_path: Path
 ) -> None:
     from tests.spark.streamproc import killed
 
