@@ -38,7 +38,7 @@ services:
 # Spark (the `spark` tests): loopback only, few shuffle partitions on this small machine.
 test: export SPARK_LOCAL_IP ?= 127.0.0.1
 test: export REVENTLESS_SPARK_PARTITIONS ?= 2
-# Two workers (pytest-xdist; the tests that need Spark run together on one of them, see
+# Two workers (pytest-xdist; the tests that share a Spark session run on one of them, see
 # conftest.py): many tests wait on processes, fsyncs and networks rather than the CPU.
 # A backstop beyond pytest-timeout's per-test limit: the whole run ends within 45 minutes.
 test: lint services

@@ -12,7 +12,7 @@ import pytest
 import reventless as rv
 from examples.shop.model import OrderCancelled, OrderPlaced, PlaceOrder
 from examples.shop.revenue_stream import app, fold, order_lines, revenue, sku_hours
-from tests.spark.conftest import spark  # noqa: F401 - the session-wide Spark fixture
+from tests.spark.conftest import spark, spark_ready  # noqa: F401 - the session-wide Spark fixture
 
 pytestmark = pytest.mark.spark
 

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from reventless import telemetry
 from reventless.spark import rebuild
-from tests.spark.conftest import spark  # noqa: F401  (the session fixture)
+from tests.spark.conftest import spark, spark_ready  # noqa: F401  (the session fixture)
 from tests.telemetry.conftest import _PROVIDER, parent_of, points
 from tests.telemetry.model import Counter, Increment, chain_app, totals
 
