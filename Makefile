@@ -50,7 +50,7 @@ test-fast: $(STAMP)
 # Benchmarks (not part of `make test`): SQLite + PostgreSQL, JetStream fan-out, SNS/SQS,
 # Spark rebuilds, subscriptions and collector predicates.
 # `make bench QUICK=1` is a smoke run of the same harness (small sizes, one repetition,
-# 102 s here on a fast evening, 131 s on a slow night); it writes its report and plots under
+# 102 s here on a fast evening, 127-131 s on a slow night); it writes its report and plots under
 # $(BENCH_QUICK_DIR), not the repo.
 QUICK ?=
 BENCH_QUICK_DIR ?= $(or $(TMPDIR),/tmp)/reventless-bench-quick

@@ -218,9 +218,9 @@ async def measure(new_url: Callable[[str], str], pending: int, quick: bool) -> d
     out: dict[str, float] = {}
     out |= await writing(new_url("write"), 1_000 if quick else 10_000)
     # quick: the scheduler process gets less of a head start (its lateness still counts)
-    out |= await burst(new_url("burst"), pending, 2.0 if quick else 3.0)
-    due_count, rate = (400, 200.0) if quick else (10_000, 500.0)
-    out |= await steady(new_url("steady"), pending, due_count, rate, 2.5 if quick else 4.0)
+    out |= await burst(new_url("burst"), pending, 1.0 if quick else 3.0)
+    due_count, rate = (300, 200.0) if quick else (10_000, 500.0)
+    out |= await steady(new_url("steady"), pending, due_count, rate, 1.5 if quick else 4.0)
     out["steady_rate"] = rate
     out["steady_due"] = due_count
     return out
@@ -267,7 +267,7 @@ def report(results: dict[str, dict[str, float]], pending: int, cmd: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.schedules")
-    ap.add_argument("--quick", action="store_true", help="3,000 pending, shorter runs")
+    ap.add_argument("--quick", action="store_true", help="2,000 pending, shorter runs")
     ap.add_argument("--pending", type=int, default=None, help="default 100,000")
     ap.add_argument("--postgres", action="store_true", help="PostgreSQL too")
     ap.add_argument("--out", default=None, help="a markdown file to put the section into")
@@ -277,7 +277,7 @@ def main() -> None:
     if a.fire:
         asyncio.run(scheduler_process(a.fire, a.expected))
         return
-    pending = a.pending or (3_000 if a.quick else 100_000)
+    pending = a.pending or (2_000 if a.quick else 100_000)
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         print("SQLite file ...", flush=True)
