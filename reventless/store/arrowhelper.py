@@ -289,24 +289,22 @@ class HelperPool:
             try:
                 ready = helper.poll()
             except HelperError as exc:
-                log.warning("Arrow reads go through rows for %s s: %s", RETRY_AFTER, exc)
-                self._starting.remove(helper)
-                helper.close()
-                self._retry_at = time.monotonic() + RETRY_AFTER
+                self._failed_start(helper, str(exc))
                 continue
             if ready:
                 self._starting.remove(helper)
                 self._ready.append(helper)
             elif time.monotonic() - helper.started > _START_LIMIT:
-                log.warning(
-                    "Arrow reads go through rows for %s s: a helper did not start within %s s",
-                    RETRY_AFTER,
-                    _START_LIMIT,
-                )
-                self._starting.remove(helper)
                 helper.proc.kill()
-                helper.close()
-                self._retry_at = time.monotonic() + RETRY_AFTER
+                self._failed_start(helper, f"a helper did not start within {_START_LIMIT} s")
+
+    def _failed_start(self, helper: Helper, why: str) -> None:
+        """(Under the lock.) A starting helper that died or hangs: dropped, and reads go
+        through rows for ``RETRY_AFTER`` seconds."""
+        log.warning("Arrow reads go through rows for %s s: %s", RETRY_AFTER, why)
+        self._starting.remove(helper)
+        helper.close()
+        self._retry_at = time.monotonic() + RETRY_AFTER
 
     def close(self) -> None:
         """Stop the helpers (one with pages asked stops when they are answered)."""
