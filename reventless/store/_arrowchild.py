@@ -83,5 +83,18 @@ def serve(database: str, busy_ms: int, stdin: BinaryIO, stdout: BinaryIO) -> Non
         db.close()
 
 
+def _import_pyarrow() -> None:
+    """Import pyarrow without numpy where it can (numpy is an optional dependency of
+    pyarrow since 16; nothing here needs it): half the helper's start, ~60 ms."""
+    sys.modules["numpy"] = None  # type: ignore[assignment]  # import numpy: ImportError
+    try:
+        import pyarrow
+    except ImportError:  # an older pyarrow that needs numpy: take it after all
+        for name in [m for m in sys.modules if m.split(".")[0] in ("numpy", "pyarrow")]:
+            del sys.modules[name]
+        import pyarrow  # noqa: F401
+
+
 if __name__ == "__main__":
+    _import_pyarrow()
     serve(sys.argv[1], int(sys.argv[2]), sys.stdin.buffer, sys.stdout.buffer)

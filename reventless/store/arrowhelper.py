@@ -7,7 +7,7 @@ crashed with SIGBUS while the store wrote). So the driver runs in helper process
 the store's own: to SQLite they are other processes sharing the file, which WAL is made
 for. A page comes back as an Arrow IPC stream over a pipe.
 
-A helper costs a process (about 0.13 s of CPU to start and 70 MB), so helpers start
+A helper costs a process (about 0.09 s of CPU to start and 65 MB), so helpers start
 only when a read has many rows left (``SPAWN_AT``): small reads, and the pages read while
 a helper starts, go through rows (a read with ``WAIT_AT`` rows left waits for it instead).
 A helper is asked up to ``DEPTH`` pages at once and reads them in turn (it reads the next
@@ -217,7 +217,7 @@ class HelperPool:
                 if not self._ready:
                     if not self._starting or remaining < WAIT_AT:
                         return None
-                    # a long read: its pages come faster after the wait (~0.15 s) than
+                    # a long read: its pages come faster after the wait (~0.07 s) than
                     # through rows meanwhile, which also slow the helper's start down
                     self._answered.wait(timeout=0.01)
                     continue

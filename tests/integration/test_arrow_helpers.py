@@ -253,3 +253,37 @@ async def test_a_helper_that_never_gets_ready_is_dropped(
         got = [b.num_rows async for b in log.read_batches(batch_size=500)]
         assert got == [500, 500, 500] and pool.ready() == 0 and not pool._starting
     assert "did not start within" in caplog.text
+
+
+def _import_in_child(tmp_path: Path, fake_pyarrow: str | None) -> str:
+    """What ``_arrowchild._import_pyarrow`` leaves in a fresh interpreter: whether numpy
+    is importable after it. ``fake_pyarrow``: the source of a stand-in pyarrow that comes
+    first on the path (and a stand-in numpy beside it)."""
+    import subprocess
+
+    child = Path(arrowhelper.__file__).with_name("_arrowchild.py")
+    path = [str(child.parent)]
+    if fake_pyarrow is not None:
+        (tmp_path / "pyarrow").mkdir()
+        (tmp_path / "pyarrow" / "__init__.py").write_text(fake_pyarrow)
+        (tmp_path / "numpy.py").write_text("REAL = True\n")
+        path.insert(0, str(tmp_path))
+    code = (
+        f"import sys; sys.path[:0] = {path!r}\n"
+        "import _arrowchild; _arrowchild._import_pyarrow()\n"
+        "import pyarrow\n"
+        "try:\n    import numpy\nexcept ImportError:\n    print('no numpy')\n"
+        "else:\n    print('numpy')\n"
+    )
+    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode().strip()
+
+
+def test_a_helper_imports_pyarrow_without_numpy(tmp_path: Path) -> None:
+    assert _import_in_child(tmp_path, None) == "no numpy"
+
+
+def test_a_pyarrow_that_needs_numpy_gets_it(tmp_path: Path) -> None:
+    # an older pyarrow imports numpy unconditionally: the helper takes numpy after all
+    assert _import_in_child(tmp_path, "import numpy\nassert numpy.REAL\n") == "numpy"
