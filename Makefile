@@ -49,8 +49,8 @@ test-fast: $(STAMP)
 
 # Benchmarks (not part of `make test`): SQLite + PostgreSQL, JetStream fan-out, SNS/SQS,
 # Spark rebuilds, subscriptions and collector predicates.
-# `make bench QUICK=1` is a smoke run of the same harness (small sizes, one repetition,
-# 102 s here on a fast evening, 127-131 s on a slow night); it writes its report and plots under
+# `make bench QUICK=1` is a smoke run of the same harness (small sizes, one repetition, all
+# in one interpreter: bench/quick.py; ~100 s here); it writes its report and plots under
 # $(BENCH_QUICK_DIR), not the repo.
 QUICK ?=
 BENCH_QUICK_DIR ?= $(or $(TMPDIR),/tmp)/reventless-bench-quick
@@ -62,18 +62,7 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP) services
 ifeq ($(QUICK),1)
 	mkdir -p $(BENCH_QUICK_DIR)
-	$(BIN)/python -m bench --store all --quick --reps 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
-	$(BIN)/python -m bench.nats_fanout --postgres --quick --reps 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
-	$(BIN)/python -m bench.aws --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
-	$(BIN)/python -m bench.spark --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
-	$(BIN)/python -m bench.subscribe --rows 5000 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
-	$(BIN)/python -m bench.collector_where --rows 5000 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
-	$(BIN)/python -m bench.gateway --quick --postgres --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
-	$(BIN)/python -m bench.dcb --quick --postgres --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
-	$(BIN)/python -m bench.schedules --quick --postgres --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
-	$(BIN)/python -m bench.compression --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
-	$(BIN)/python -m bench.personal --quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
-	$(BIN)/python -m bench.core --quick --rounds 1 --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
+	$(BIN)/python -m bench.quick --out $(BENCH_QUICK_DIR)/BENCHMARKS.md
 	@echo "quick bench report: $(BENCH_QUICK_DIR)/BENCHMARKS.md"
 else
 	$(BIN)/python -m bench --store all --out BENCHMARKS.md $(BENCH_ARGS)

@@ -402,7 +402,7 @@ def run_child(section: str, urls: list[str], quick: bool) -> None:
 
 def section_result(section: str, urls: list[str], quick: bool) -> dict[str, Any]:
     """One section's measurements; ``all``: every section in turn (``urls`` in the order
-    of ``measure``), in one process (quick runs: fewer interpreter starts)."""
+    of ``measure``), in one process (the quick run: the calling one)."""
     s = sizes(quick)
     result: dict[str, Any]
     if section == "all":
@@ -428,11 +428,12 @@ _SECTIONS = ("appends", "decisions", "reads")
 
 def measure(new_url: Callable[[str], str], quick: bool, es: bool) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    if quick:  # one process for all the sections
+    if quick:  # the smoke run: every section in this process
         urls = [new_url(k) for k in _SECTIONS]
         urls += [new_url("es_seq"), new_url("es_8")] if es else []
         print(" all sections ...", flush=True)
-        return child("all", urls, quick)
+        got: dict[str, dict[str, Any]] = section_result("all", urls, quick)
+        return got
     for section in _SECTIONS:
         print(f" {section} ...", flush=True)
         out[section] = child(section, [new_url(section)], quick)

@@ -289,7 +289,7 @@ def build(s: Sizes, store: str) -> list[Workload]:
                 store=store,
             )
         )
-    rate, seconds = (200, 2.0) if s.seq_commands < 1000 else (500, 10.0)
+    rate, seconds = (200, 1.0) if s.seq_commands < 1000 else (500, 10.0)
     out.append(
         Workload(
             "latency",

@@ -219,7 +219,7 @@ async def measure(new_url: Callable[[str], str], pending: int, quick: bool) -> d
     out |= await writing(new_url("write"), 1_000 if quick else 10_000)
     # quick: the scheduler process gets less of a head start (its lateness still counts)
     out |= await burst(new_url("burst"), pending, 1.0 if quick else 3.0)
-    due_count, rate = (300, 200.0) if quick else (10_000, 500.0)
+    due_count, rate = (200, 200.0) if quick else (10_000, 500.0)
     out |= await steady(new_url("steady"), pending, due_count, rate, 1.5 if quick else 4.0)
     out["steady_rate"] = rate
     out["steady_due"] = due_count
