@@ -390,21 +390,49 @@ class TopicSchema:
         cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in stored.columns]
         return self._assemble(cols, lambda codec, col: codec.from_storage(col))
 
-    def _assemble(
-        self, cols: Sequence[Any], convert: Callable[[_ColCodec, Any], Any]
+    def projection(self, names: Sequence[str]) -> tuple[int, ...]:
+        """Where the columns ``names`` sit in a stored row (``from_storage(...,
+        columns=)``); ``SchemaMismatchError`` for an unknown or repeated name, or none."""
+        what, known = f"topic {self.name!r}", self._schema.names
+        if not names or len(set(names)) != len(names):
+            raise SchemaMismatchError(f"{what}: columns must be distinct names, at least one")
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise SchemaMismatchError(f"{what}: no column {unknown[0]!r}; it has {known}")
+        return tuple(known.index(n) for n in names)
+
+    def select_storage(
+        self, stored: pa.Table | pa.RecordBatch, at: Sequence[int]
     ) -> pa.RecordBatch:
-        """The batch of ``convert``'s array of each column (its codec, its values):
-        ``SchemaMismatchError`` names a column that does not convert or has a null where
-        none may be."""
+        """``from_storage`` of a read of the columns at ``at`` only (``projection``), in
+        that order: the batch holds those columns."""
+        if stored.num_columns != len(at):
+            raise SchemaMismatchError(
+                f"topic {self.name!r}: rows have {stored.num_columns} values, expected {len(at)}"
+            )
+        cols = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in stored.columns]
+        return self._assemble(cols, lambda codec, col: codec.from_storage(col), at)
+
+    def _assemble(
+        self,
+        cols: Sequence[Any],
+        convert: Callable[[_ColCodec, Any], Any],
+        at: Sequence[int] | None = None,
+    ) -> pa.RecordBatch:
+        """The batch of ``convert``'s array of each column (its codec, its values), of
+        every column or those at ``at``: ``SchemaMismatchError`` names a column that does
+        not convert or has a null where none may be."""
         what, arrays = f"topic {self.name!r}", []
-        for f, codec, values in zip(self._schema, self._codecs, cols, strict=True):
+        schema = self._schema if at is None else pa.schema([self._schema.field(i) for i in at])
+        codecs = self._codecs if at is None else [self._codecs[i] for i in at]
+        for f, codec, values in zip(schema, codecs, cols, strict=True):
             try:
                 arrays.append(convert(codec, values))
             except _ARROW_ERRORS as exc:
                 raise SchemaMismatchError(f"{what}: column {f.name!r}: {exc}") from exc
             if not f.nullable and arrays[-1].null_count:
                 raise SchemaMismatchError(f"{what}: NOT NULL column {f.name!r} has nulls")
-        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def from_arrow_rows(
         self, data: pa.RecordBatch | pa.Table, *, with_meta: bool, fill_missing: bool = False

@@ -144,18 +144,26 @@ class EventStore(Protocol):
         *,
         upto: int | None = None,
         partition: int | None = None,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table | list[StoredRow]:
         """``read``, straight into Arrow where the backend can: an Arrow table of the
-        stored columns (storage order; what ``TopicSchema.from_storage`` takes), else the
-        rows."""
+        stored columns (storage order; what ``TopicSchema.from_storage`` takes), or of
+        ``columns`` only, in that order (``TopicSchema.select_storage``); else the rows
+        (every column)."""
         ...
 
     def stream_columns(
-        self, topic: str, from_offset: int, page_size: int, *, upto: int | None = None
+        self,
+        topic: str,
+        from_offset: int,
+        page_size: int,
+        *,
+        upto: int | None = None,
+        columns: Sequence[str] | None = None,
     ) -> AsyncIterator[pa.Table | list[StoredRow]]:
         """``stream`` with pages read straight into Arrow where the backend can: a page is
-        either an Arrow table of the stored columns (storage order; what
-        ``TopicSchema.from_storage`` takes) or a list of rows."""
+        either an Arrow table of the stored columns (or of ``columns`` only, as in
+        ``read_columns``) or a list of rows (every column)."""
         ...
 
     async def read_stream(

@@ -576,14 +576,26 @@ class SqlEventStore:
         *,
         upto: int | None = None,
         partition: int | None = None,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table | list[StoredRow]:
         """``read``, straight into Arrow where the store can: the stored columns (storage
-        order, typed as the driver reads them: see ``TopicSchema.from_storage``), else
-        the rows."""
+        order, typed as the driver reads them: see ``TopicSchema.from_storage``), or only
+        ``columns`` in that order (``TopicSchema.select_storage``), else the full rows."""
         end = self.known_heads.get(topic, 0) if upto is None else upto
         return await self._columns(
-            topic, from_offset, limit, upto, partition, end - from_offset + 1
+            topic, from_offset, limit, upto, partition, end - from_offset + 1, columns
         )
+
+    def _select(self, topic: str, columns: Sequence[str] | None) -> str:
+        """``SELECT`` of the topic's columns, or of ``columns`` (names of the topic's own)."""
+        entry = self._entry(topic)
+        if columns is None:
+            return entry.select_sql
+        unknown = [c for c in columns if c not in entry.info.columns]
+        if unknown:
+            raise StoreError(f"topic {topic!r} has no column {unknown[0]!r}")
+        q = self.db.q
+        return f"SELECT {', '.join(q(c) for c in columns)} FROM {q(entry.table)}"
 
     async def _columns(
         self,
@@ -593,12 +605,13 @@ class SqlEventStore:
         upto: int | None,
         partition: int | None,
         remaining: int,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table | list[StoredRow]:
         """``read_columns`` of a read with ``remaining`` rows left (this page's and the
         pages' after it: a SQLite file starts its Arrow helpers for a long read)."""
         arrow = self._arrow
         if arrow.wanted(remaining):
-            sql = f"{self._entry(topic).select_sql} WHERE _offset >= {int(from_offset)}"
+            sql = f"{self._select(topic, columns)} WHERE _offset >= {int(from_offset)}"
             if partition is not None:
                 sql += f" AND _partition = {int(partition)}"
             if upto is not None:
@@ -610,9 +623,16 @@ class SqlEventStore:
         return await self.read(topic, from_offset, limit, upto=upto, partition=partition)
 
     async def stream_columns(
-        self, topic: str, from_offset: int, page_size: int, *, upto: int | None = None
+        self,
+        topic: str,
+        from_offset: int,
+        page_size: int,
+        *,
+        upto: int | None = None,
+        columns: Sequence[str] | None = None,
     ) -> AsyncIterator[pa.Table | list[StoredRow]]:
-        """``stream`` up to the head (or ``upto``), each page as ``read_columns`` reads it.
+        """``stream`` up to the head (or ``upto``), each page as ``read_columns`` reads it
+        (``columns``: an Arrow page holds only those; a page of rows, every column).
 
         Pages are ranges of offsets from the first one stored at or after ``from_offset``
         (a topic's offsets are gapless past its retention horizon), so several are read at
@@ -632,7 +652,8 @@ class SqlEventStore:
             while start <= end or pending:
                 while len(pending) < ahead and start <= end:
                     hi = min(end, start + page_size - 1)
-                    read = self._columns(topic, start, page_size, hi, None, end - start + 1)
+                    left = end - start + 1
+                    read = self._columns(topic, start, page_size, hi, None, left, columns)
                     pending.append(asyncio.ensure_future(read))
                     start = hi + 1
                 page = await pending.popleft()

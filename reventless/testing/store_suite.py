@@ -347,6 +347,23 @@ class StoreConformance:
             break
         assert [e.offset async for e in log.iter(24, page_size=1)] == [24, 25]
 
+    async def test_read_batches_of_some_columns(self, app: rv.App) -> None:
+        log = self.accounts(app)
+        for i in range(25):
+            await log.execute(f"a-{i % 3}", Deposit(amount=i))
+        full = pa.Table.from_batches([b async for b in log.read_batches(batch_size=10)])
+        names = ["amount", "_offset", "_aggregate_id", "_produced_at"]
+        some = [b async for b in log.read_batches(from_offset=1, batch_size=10, columns=names)]
+        assert [b.num_rows for b in some] == [10, 10, 5]
+        wanted = pa.schema([log.arrow_schema.field(n) for n in names])
+        assert all(b.schema.equals(wanted) for b in some)
+        assert pa.Table.from_batches(some).equals(full.select(names))
+        tail = [b async for b in log.read_batches(from_offset=24, columns=["_version"])]
+        assert pa.Table.from_batches(tail).column(0).to_pylist() == [8, 9]
+        for bad in (["nope"], [], ["amount", "amount"]):
+            with pytest.raises(rv.SchemaMismatchError):
+                _ = [b async for b in log.read_batches(columns=bad)]
+
     async def test_schema_topic_publish_and_mismatch_lands_nothing(self, app: rv.App) -> None:
         cdc = app.topics["cdc.orders"]
         res = await cdc.publish(cdc_table(10))

@@ -164,6 +164,22 @@ async def test_more_pages_at_once_than_helpers_wait_for_one(
     assert sorted(pages) == [500] * 10
 
 
+async def test_helpers_read_only_the_columns_asked(
+    file_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pages = counting(monkeypatch)
+    app = rv.App(store=file_url)
+    log = app.event_log(Notes)
+    async with app:
+        await noted(app, log, 25_000)
+        full = pa.Table.from_batches([b async for b in log.read_batches()])
+        del pages[:]
+        names = ["ratio", "_offset", "_msg_id"]
+        some = pa.Table.from_batches([b async for b in log.read_batches(columns=names)])
+    assert sorted(pages) == [5_000, 10_000, 10_000]  # all of them Arrow pages (helpers)
+    assert some.equals(full.select(names))
+
+
 async def test_a_helper_that_dies_with_pages_asked_leaves_them_all_to_rows(
     file_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -57,6 +57,9 @@ async def test_sealed_at_rest_and_open_for_key_holders(any_url: str) -> None:
         assert batch.column("born").to_pylist()[0] == "1815-12-10"
         (sealed,) = [b async for b in customers.read_batches(sealed=True)]
         assert is_sealed(sealed.column("name").to_pylist()[0])
+        (some,) = [b async for b in customers.read_batches(columns=["name", "_aggregate_id"])]
+        assert some.schema.names == ["name", "_aggregate_id"]  # opened, as in a full read
+        assert some.column("name").to_pylist() == [ADA, None, ALAN]
         rows = {r.id: r for r in await app.tables["pd_directory"].all()}
         assert rows["c-1"].name == ADA and rows["c-1"].address == "12 St James's Square"
 
