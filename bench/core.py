@@ -308,17 +308,23 @@ def _raw_read_rows(where: Where, aggs: int, per: int) -> float:
 
 
 async def count_catch_up(
-    app: rv.App, name: str = "count", timeout: float = 600, *, batch: bool = False
+    app: rv.App,
+    name: str = "count",
+    timeout: float = 600,
+    *,
+    batch: bool = False,
+    columns: list[str] | None = None,
 ) -> tuple[int, float]:
     """Start ``app`` with a side effect counting every ``Incremented`` from offset 0 (a
     durable checkpoint per page), settle; the events it counted and the seconds taken.
-    ``batch``: a batch handler (``on_batch``) counts a page of columns per call."""
+    ``batch``: a batch handler (``on_batch``) counts a page of columns per call (only
+    ``columns``, if given)."""
     app.event_log(Counter)
     counter = rv.SideEffectHandler(name)
     seen = [0]
     if batch:
 
-        @counter.on_batch(Incremented)
+        @counter.on_batch(Incremented, columns=columns)
         async def _count_batch(batch: rv.EventBatch[Incremented]) -> None:
             seen[0] += len(batch)
 
@@ -338,12 +344,14 @@ async def count_catch_up(
         await app.stop()
 
 
-async def _rv_catchup_count(where: Where, aggs: int, per: int, batch: bool = False) -> float:
+async def _rv_catchup_count(
+    where: Where, aggs: int, per: int, batch: bool = False, columns: list[str] | None = None
+) -> float:
     pre = _app(where)
     log = pre.event_log(Counter)
     async with pre:
         await rv_preload(log, "cu", aggs, per)
-    seen, dt = await count_catch_up(_app(where), batch=batch)
+    seen, dt = await count_catch_up(_app(where), batch=batch, columns=columns)
     check(seen == aggs * per, "reventless counting catch-up")
     return aggs * per / dt
 
@@ -626,6 +634,18 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             "events/s",
             {
                 "reventless": arun(_rv_catchup_count, ca, cp, True),
+                "raw": lambda p: _raw_catchup_count(p, ca, cp),
+            },
+            ">= 70% raw",
+            None,
+            0.70,
+        ),
+        Row(
+            "catchup_batch_cols",
+            "the same, the handler reading raw's columns (`on_batch(..., columns=['by'])`)",
+            "events/s",
+            {
+                "reventless": arun(_rv_catchup_count, ca, cp, True, ["by"]),
                 "raw": lambda p: _raw_catchup_count(p, ca, cp),
             },
             ">= 70% raw",

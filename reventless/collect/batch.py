@@ -8,7 +8,7 @@ what comes after a checkpoint) so the catch-up loop does not care which it holds
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 import pyarrow as pa
@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from ..codec import OFFSET_AT, TRACE_AT, TYPE_AT
 from ..decode import envelope_of, opened
+from ..errors import SpecError
 from ..spec import Envelope, Event
 from ..store.append import StoredRow
 
@@ -29,35 +30,42 @@ E = TypeVar("E", bound=Event)
 Page: TypeAlias = "list[StoredRow] | pa.Table"
 
 
+# An Arrow page holds every stored column, or (a batch handler's ``columns=``) only some,
+# always with these: the helpers below find them by name.
+OFFSET, AGGREGATE, TYPE, TRACE = "_offset", "_aggregate_id", "_type", "_trace"
+#: The columns a collector reads of every page, whatever its handlers read.
+OWN_COLUMNS = (OFFSET, AGGREGATE, TYPE, TRACE)
+
+
 def first_offset(page: Page) -> int:
     """The offset of the page's first row (the page is not empty)."""
-    return int(page[0][OFFSET_AT] if isinstance(page, list) else page.column(OFFSET_AT)[0].as_py())
+    return int(page[0][OFFSET_AT] if isinstance(page, list) else page.column(OFFSET)[0].as_py())
 
 
 def last_offset(page: Page) -> int:
     """The offset of the page's last row (the page is not empty)."""
     if isinstance(page, list):
         return int(page[-1][OFFSET_AT])
-    return int(page.column(OFFSET_AT)[-1].as_py())
+    return int(page.column(OFFSET)[-1].as_py())
 
 
 def after(page: Page, checkpoint: int) -> Page:
     """The rows of ``page`` past ``checkpoint``."""
     if isinstance(page, list):
         return [r for r in page if r[OFFSET_AT] > checkpoint]
-    return page.filter(pc.greater(page.column(OFFSET_AT), checkpoint))
+    return page.filter(pc.greater(page.column(OFFSET), checkpoint))
 
 
 def traces(page: Page) -> list[str | None]:
     """The rows' trace contexts (telemetry links a batch's span to them)."""
     if isinstance(page, list):
         return [r[TRACE_AT] for r in page]
-    col = page.column(TRACE_AT)
+    col = page.column(TRACE)
     return [None] * len(page) if col.null_count == len(page) else col.to_pylist()
 
 
 def rows_of(page: Page) -> list[StoredRow]:
-    """The page as rows (the values an SQL driver gives)."""
+    """The page as rows (the values an SQL driver gives; a page of every column)."""
     if isinstance(page, list):
         return page
     return list(zip(*(c.to_pylist() for c in page.columns), strict=True))
@@ -67,7 +75,7 @@ def of_types(page: Page, types: Collection[str]) -> Page:
     """The rows of ``page`` whose event type is one of ``types``."""
     if isinstance(page, list):
         return [r for r in page if r[TYPE_AT] in types]
-    col = page.column(TYPE_AT)
+    col = page.column(TYPE)
     keep = pc.is_in(col, value_set=pa.array(list(types), col.type))
     return page if pc.all(keep).as_py() else page.filter(keep)
 
@@ -88,7 +96,7 @@ class EventBatch(Generic[E]):
             await warehouse.insert(batch.arrow.select(["_aggregate_id", "total"]))
     """
 
-    __slots__ = ("_decode", "_envelopes", "_rows", "arrow", "partition", "topic")
+    __slots__ = ("_decode", "_envelopes", "_rows", "arrow", "columns", "partition", "topic")
 
     def __init__(
         self,
@@ -97,10 +105,13 @@ class EventBatch(Generic[E]):
         arrow: pa.RecordBatch,
         rows: Callable[[], list[StoredRow]],
         decode: Callable[[StoredRow], Envelope[Any]],
+        columns: tuple[str, ...] | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.arrow = arrow
+        #: The columns its handler declared (``on_batch(columns=...)``; None: all).
+        self.columns = columns
         self._rows = rows
         self._decode = decode
         self._envelopes: list[Envelope[E]] | None = None
@@ -117,34 +128,65 @@ class EventBatch(Generic[E]):
     @property
     def first_offset(self) -> int:
         """The offset of the first event (0 for an empty batch)."""
-        col = self.arrow.column(OFFSET_AT)
+        col = self.arrow.column(OFFSET)
         return int(col[0].as_py()) if len(col) else 0
 
     @property
     def last_offset(self) -> int:
         """The offset of the last event (0 for an empty batch)."""
-        col = self.arrow.column(OFFSET_AT)
+        col = self.arrow.column(OFFSET)
         return int(col[-1].as_py()) if len(col) else 0
 
     def envelopes(self) -> list[Envelope[E]]:
-        """The events as envelopes, decoded on the first call."""
+        """The events as envelopes, decoded on the first call. ``SpecError`` for a batch
+        of a handler that declared its ``columns`` (it was read without the others)."""
+        if self.columns is not None:
+            raise SpecError(
+                f"a batch of {self.topic!r} read with columns={list(self.columns)} has no "
+                "envelopes (they need every column): read batch.arrow, or drop columns="
+            )
         if self._envelopes is None:
             decode = self._decode
             self._envelopes = [decode(r) for r in self._rows()]
         return self._envelopes
 
 
+def read_columns(schema: TopicSchema, declared: Sequence[str]) -> list[str]:
+    """The columns a collector reads for a batch handler that declared ``declared``: those
+    and ``OWN_COLUMNS``, in the schema's order (``SchemaMismatchError``: a name it lacks)."""
+    schema.projection(list(declared))
+    wanted = {*declared, *OWN_COLUMNS}
+    return [n for n in schema.arrow_schema.names if n in wanted]
+
+
 async def event_batch(
-    store: Store, schema: TopicSchema, topic: str, partition: int, page: Page
+    store: Store,
+    schema: TopicSchema,
+    topic: str,
+    partition: int,
+    page: Page,
+    columns: Sequence[str] | None = None,
 ) -> EventBatch[Any]:
     """The ``EventBatch`` of ``page`` (rows as the store holds them: personal fields are
-    opened here, in the Arrow columns and in the envelopes)."""
+    opened here, in the Arrow columns and in the envelopes). ``columns``: the batch holds
+    only those (``read_columns``); an Arrow page was read with exactly them, rows have
+    every column."""
+    decode = _decoder(schema, topic)
+    if columns is not None:
+        if isinstance(page, list) or schema.personal:
+            full = schema.to_arrow(page) if isinstance(page, list) else schema.from_storage(page)
+            if schema.personal:
+                full = await store.keyring.open_batch(schema, full)
+            arrow = full.select(list(columns))
+        else:
+            arrow = schema.select_storage(page, schema.projection(list(columns)))
+        return EventBatch(topic, partition, arrow, list, decode, tuple(columns))
     arrow = schema.to_arrow(page) if isinstance(page, list) else schema.from_storage(page)
     if schema.personal:
         arrow = await store.keyring.open_batch(schema, arrow)
         rows = await opened(store, schema, rows_of(page))
-        return EventBatch(topic, partition, arrow, lambda: rows, _decoder(schema, topic))
-    return EventBatch(topic, partition, arrow, lambda: rows_of(page), _decoder(schema, topic))
+        return EventBatch(topic, partition, arrow, lambda: rows, decode)
+    return EventBatch(topic, partition, arrow, lambda: rows_of(page), decode)
 
 
 def _decoder(schema: TopicSchema, topic: str) -> Callable[[StoredRow], Envelope[Any]]:

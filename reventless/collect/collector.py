@@ -119,6 +119,9 @@ class Collector:
         #: Topics whose pages are read as Arrow columns where the store can (their
         #: handlers take ``EventBatch``es): ``process_page`` then gets an Arrow table.
         self.columnar: set[str] = set()
+        #: Per columnar topic, the only columns its pages are read with (batch handlers'
+        #: ``columns=``, with the collector's own); absent: every column.
+        self.projected: dict[str, list[str]] = {}
         self.processed = 0
         self._lock = asyncio.Lock()
         self._running = asyncio.Event()
@@ -445,8 +448,13 @@ class Collector:
         part = None if self.topics[topic].partitions == 1 else partition
         page, f = self.options.page_size, self.filters.get(topic)
         if f is None:
-            read = self.store.read_columns if topic in self.columnar else self.store.read
-            rows = await read(topic, start, page, upto=upto, partition=part)
+            if topic in self.columnar:
+                columns = self.projected.get(topic)
+                rows = await self.store.read_columns(
+                    topic, start, page, upto=upto, partition=part, columns=columns
+                )
+            else:
+                rows = await self.store.read(topic, start, page, upto=upto, partition=part)
             return rows, (last_offset(rows) if len(rows) else start - 1)
         return await self.store.read_matching(
             topic, start, page, f.clause(self.store.dialect), upto=upto, partition=part

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
@@ -39,6 +39,8 @@ class HandlerSpec:
     is_async: bool = False
     #: Takes an ``EventBatch`` (``SideEffectHandler.on_batch``), not one envelope.
     batch: bool = False
+    #: The columns a batch handler reads (``on_batch(columns=...)``; None: all of them).
+    columns: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +252,9 @@ class SideEffectHandler(Component):
         self.max_attempts = max_attempts
         self.backoff = backoff
 
-    def on_batch(self, *events: type[Event]) -> Callable[[_F], _F]:
+    def on_batch(
+        self, *events: type[Event], columns: Sequence[str] | None = None
+    ) -> Callable[[_F], _F]:
         """Register the decorated function for ``events`` (all of one EventLog): it is
         called with an ``rv.EventBatch`` of every such event of a page (``page_size``),
         in offset order, instead of once per event.
@@ -260,15 +264,25 @@ class SideEffectHandler(Component):
         with a batch of one. Where the store reads Arrow natively (the ``arrow`` extra),
         a catch-up hands it pages that never became Python rows.
 
+        ``columns`` names the columns the handler reads (of the log's ``arrow_schema``):
+        the store reads only those, plus ``_offset``, ``_aggregate_id``, ``_type`` and
+        ``_trace`` (the collector's own), and ``batch.arrow`` holds them in the schema's
+        order; ``batch.envelopes()`` is then refused (an envelope needs every column). A
+        log with personal fields reads every column and selects them after opening.
+
         Example::
 
-            @counter.on_batch(Incremented)
+            @counter.on_batch(Incremented, columns=["by"])
             async def _(batch: rv.EventBatch[Incremented]) -> None:
                 totals["by"] += pc.sum(batch.arrow.column("by")).as_py()
         """
+        wanted = None if columns is None else tuple(columns)
+        if wanted is not None and (not wanted or len(set(wanted)) != len(wanted)):
+            raise SpecError(f"{self.name}: on_batch columns must be distinct names, at least one")
 
         def batch_spec(fn: Callable[..., Any]) -> HandlerSpec:
-            return HandlerSpec(fn=fn, is_async=self._spec(fn, None).is_async, batch=True)
+            is_async = self._spec(fn, None).is_async
+            return HandlerSpec(fn=fn, is_async=is_async, batch=True, columns=wanted)
 
         return self._register("on_batch", events, batch_spec)
 

@@ -7,16 +7,19 @@ import logging
 import random
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from .. import telemetry
-from ..codec import AGGREGATE_AT
-from ..errors import Rejected, SpecError, StoreError
+from ..codec import AGGREGATE_AT, OFFSET_AT
+from ..errors import Rejected, SchemaMismatchError, SpecError, StoreError
 from ..eventlog import command_id_for
 from ..scheduling import Clock, ScheduleWrite, SystemClock, schedule_writes, to_us
 from ..spec import Directive, Envelope, Metadata
 from ..store.collector import Failure
 from ..store.readmodel import ReadModelStore, RowWriter
 from ..topicdef import partition_of
-from .batch import EventBatch, Page, event_batch, of_types, rows_of
+from .batch import AGGREGATE, OFFSET, EventBatch, Page, event_batch, of_types, read_columns, rows_of
 from .collector import Collector, Failed, LogResolver, failures
 from .component import (
     Delete,
@@ -324,6 +327,8 @@ class SideEffectCollector(_RetryingCollector):
         self.clock = clock or SystemClock()
         #: Per topic, its batch handler (the topic's only handler here).
         self.batched: dict[str, HandlerSpec] = {}
+        #: Per topic whose batch handler declared ``columns``: its batches' columns.
+        self.batch_columns: dict[str, list[str]] = {}
         for topic, handlers in self.dispatch.items():
             specs = {id(s): s for s in handlers.values()}
             batch = [s for s in specs.values() if s.batch]
@@ -335,6 +340,16 @@ class SideEffectCollector(_RetryingCollector):
             if batch:
                 self.batched[topic] = batch[0]
                 self.columnar.add(topic)
+                declared = batch[0].columns
+                if declared is not None:
+                    schema = self.topics[topic].schema
+                    try:
+                        columns = read_columns(schema, declared)
+                    except SchemaMismatchError as exc:
+                        raise SpecError(f"{self.name}: on_batch columns: {exc}") from None
+                    self.batch_columns[topic] = columns
+                    if not schema.personal:  # (else read whole, opened, then selected)
+                        self.projected[topic] = columns
 
     async def process_page(self, topic: str, partition: int, page: Page, checkpoint: int) -> None:
         """A batch topic's page: its handler's types, minus parked aggregates' events
@@ -344,18 +359,25 @@ class SideEffectCollector(_RetryingCollector):
             await super().process_page(topic, partition, page, checkpoint)
             return
         schema = self.topics[topic].schema
+        columns = self.batch_columns.get(topic)
         page = of_types(page, self.dispatch[topic].keys())
         failed: Failed = []
-        if self.parked and len(page):
-            rows = rows_of(page)
-            held = [r for r in rows if (topic, r[AGGREGATE_AT]) in self.parked]
-            if held:
-                page = [r for r in rows if (topic, r[AGGREGATE_AT]) not in self.parked]
-                behind = await event_batch(self.store, schema, topic, partition, held)
+        parked = {a for t, a in self.parked if t == topic} if self.parked and len(page) else None
+        if parked:
+            if isinstance(page, list):
+                held = [r for r in page if r[AGGREGATE_AT] in parked]
+                page = [r for r in page if r[AGGREGATE_AT] not in parked]
+            else:
+                ids = pa.array(list(parked), pa.string())
+                mask = pc.fill_null(pc.is_in(page.column(AGGREGATE), value_set=ids), False)
+                held = page.filter(mask)
+                page = page.filter(pc.invert(mask))
+            if len(held):
+                behind = await self._envelopes(topic, partition, held)
                 reason = "parked behind an earlier dead letter of this aggregate"
                 failed += [(ev, reason, 0) for ev in behind]
         if len(page):
-            batch = await event_batch(self.store, schema, topic, partition, page)
+            batch = await event_batch(self.store, schema, topic, partition, page, columns)
             await self._attempt_batch(batch, spec, failed)
         failed.sort(key=lambda f: f[0].offset)
         await self.commit(topic, partition, checkpoint, failed=failed)
@@ -389,10 +411,33 @@ class SideEffectCollector(_RetryingCollector):
                     exc,
                     extra=telemetry.fields(self.name, topic=batch.topic),
                 )
-                for ev in batch:
+                if batch.columns is None:
+                    events = batch.envelopes()
+                else:  # read with the handler's columns only: read its events again whole
+                    offsets = batch.arrow.column(OFFSET).to_pylist()
+                    events = await self._reread(batch.topic, batch.partition, offsets)
+                for ev in events:
                     failed.append((ev, error_text(exc), attempt))
                     self.park(ev)
                 return
+
+    async def _envelopes(self, topic: str, partition: int, page: Page) -> list[Envelope[Any]]:
+        """The envelopes of ``page``'s events (to dead-letter them). A page read with a
+        batch handler's columns lacks the others: its events are read again, whole."""
+        if isinstance(page, list) or topic not in self.projected:
+            rows = rows_of(page)  # (every column, as stored)
+            schema = self.topics[topic].schema
+            return (await event_batch(self.store, schema, topic, partition, rows)).envelopes()
+        return await self._reread(topic, partition, page.column(OFFSET).to_pylist())
+
+    async def _reread(self, topic: str, partition: int, offsets: list[int]) -> list[Envelope[Any]]:
+        """The envelopes of the events at ``offsets`` (of one partition), read whole."""
+        part = None if self.topics[topic].partitions == 1 else partition
+        want, first, last = set(offsets), min(offsets), max(offsets)
+        got = await self.store.read(topic, first, last - first + 1, upto=last, partition=part)
+        rows = [r for r in got if r[OFFSET_AT] in want]
+        schema = self.topics[topic].schema
+        return (await event_batch(self.store, schema, topic, partition, rows)).envelopes()
 
     async def redo(self, ev: Envelope[Any]) -> None:
         """Handle one dead-lettered event again (a batch handler: a batch of one)."""
@@ -403,7 +448,8 @@ class SideEffectCollector(_RetryingCollector):
         part = partition_of(ev.aggregate_id, self.topics[ev.topic].partitions)
         rows = await self.store.read(ev.topic, ev.offset, 1)
         schema = self.topics[ev.topic].schema
-        await call(spec, await event_batch(self.store, schema, ev.topic, part, rows))
+        columns = self.batch_columns.get(ev.topic)
+        await call(spec, await event_batch(self.store, schema, ev.topic, part, rows, columns))
 
     async def handle(self, ev: Envelope[Any], spec: HandlerSpec) -> list[ScheduleWrite]:
         """Run the side effect for ``ev``; the schedules it returned are stored with the

@@ -3,10 +3,15 @@ Arrow columns where the store can, with retries, dead letters and redrives per e
 
 from __future__ import annotations
 
+from typing import Any
+
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 import reventless as rv
+from reventless.store import arrowhelper
+from reventless.store.arrowread import ArrowPages
 from tests.arrow_pages import counting
 from tests.model import Counter, Increment, Incremented, Reset, ResetCounter
 
@@ -133,3 +138,127 @@ async def test_a_batch_handler_is_its_logs_only_handler() -> None:
             pass
     with pytest.raises(rv.SpecError, match="two handlers"):
         effect.on_batch(Incremented)(lambda batch: None)
+
+
+#: What a handler declaring ``columns=["by"]`` gets: those, with the collector's own.
+BY_COLUMNS = ["_offset", "_aggregate_id", "_type", "_trace", "by"]
+
+
+def arrow_widths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The columns of each page read as Arrow from now on, a SQLite file's too: its
+    helpers start for any read, and every read waits for them."""
+    monkeypatch.setattr(arrowhelper, "SPAWN_AT", 1)
+    monkeypatch.setattr(arrowhelper, "WAIT_AT", 1)
+    widths: list[int] = []
+    page = ArrowPages.page
+
+    def spied(self: ArrowPages, sql: str, rows: int, remaining: int = 0) -> Any:
+        out = page(self, sql, rows, remaining)
+        if out is not None:
+            widths.append(out.num_columns)
+        return out
+
+    monkeypatch.setattr(ArrowPages, "page", spied)
+    return widths
+
+
+async def test_a_batch_handler_that_names_its_columns_gets_pages_of_those(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``on_batch(columns=["by"])``: the store reads that column and the collector's own
+    (``_offset``, ``_aggregate_id``, ``_type``, ``_trace``) and nothing else; the batches
+    hold them, with the values a full read has; envelopes are refused."""
+    writer = rv.App(store=shared_url)
+    log = writer.event_log(Counter)
+    async with writer:
+        for _ in range(30):
+            await log.execute_many([(f"c-{k}", Increment(by=k + 1)) for k in range(10)])
+        await log.execute("c-3", ResetCounter())
+        full = pa.Table.from_batches([b async for b in log.read_batches()])
+    widths = arrow_widths(monkeypatch)
+    batches: list[rv.EventBatch[Incremented]] = []
+    refused: list[Exception] = []
+    counter = rv.SideEffectHandler("count")
+
+    @counter.on_batch(Incremented, columns=["by"])
+    async def _count(batch: rv.EventBatch[Incremented]) -> None:
+        batches.append(batch)
+        try:
+            batch.envelopes()
+        except rv.SpecError as exc:
+            refused.append(exc)
+
+    app = _app(shared_url, page=64)
+    app.event_log(Counter)
+    app.collect(counter)
+    async with app:
+        await app.settle()
+    got = pa.Table.from_batches([b.arrow for b in batches])
+    increments = full.filter(pc.equal(full.column("_type"), "Incremented"))
+    assert got.equals(increments.select(BY_COLUMNS))
+    assert len(refused) == len(batches) and "columns=" in str(refused[0])
+    assert widths and set(widths) == {len(BY_COLUMNS)}  # every page read was that narrow
+
+
+async def test_a_failing_batch_of_named_columns_dead_letters_whole_events(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch read with its handler's columns only that keeps failing: its events are
+    read again whole for their dead letters; a parked aggregate's later events are held
+    back from Arrow pages too; a redrive's batch of one has the same columns."""
+    widths = arrow_widths(monkeypatch)
+    calls: list[list[str]] = []
+    shapes: set[tuple[str, ...]] = set()
+    broken = {"on": True}
+    effect = rv.SideEffectHandler("webhook", max_attempts=2, backoff=0.001)
+
+    @effect.on_batch(Incremented, columns=["by"])
+    async def _send(batch: rv.EventBatch[Incremented]) -> None:
+        ids = batch.arrow.column("_aggregate_id").to_pylist()
+        calls.append(ids)
+        shapes.add(tuple(batch.arrow.schema.names))
+        if broken["on"] and "bad" in ids:
+            raise RuntimeError("webhook down")
+
+    writer = rv.App(store=shared_url)
+    log = writer.event_log(Counter)
+
+    def collecting() -> tuple[rv.App, Any]:  # (each start catches up: pages, not live)
+        app = _app(shared_url)
+        app.event_log(Counter)
+        return app, app.collect(effect)
+
+    async with writer:
+        await log.execute("bad", Increment(by=7))
+        app, _ = collecting()
+        async with app:
+            await app.settle()
+        await log.execute_many([("good", Increment()), ("bad", Increment()), ("good", Increment())])
+        app, handle = collecting()
+        async with app:
+            await app.settle()
+            letters = await app.dead_letters("webhook")  # read back from the store
+            assert [(d.aggregate_id, d.offset, d.attempts) for d in letters] == [
+                ("bad", 1, 2),
+                ("bad", 4, 0),  # (execute_many appends each aggregate's commands together)
+            ]
+            assert letters[0].msg_id == (await log.read(1, 1))[0].msg_id  # the whole event
+            assert "webhook down" in letters[0].error and "parked" in letters[1].error
+            assert calls[-1] == ["good", "good"]  # the parked aggregate's event stayed out
+            broken["on"] = False
+            assert await handle.redrive() == rv.RedriveReport(redriven=2, still_parked=0)
+            assert calls[-2:] == [["bad"], ["bad"]]
+    assert shapes == {tuple(BY_COLUMNS)} and widths
+
+
+async def test_a_batch_handler_names_columns_of_its_log() -> None:
+    effect = rv.SideEffectHandler("typo")
+    effect.on_batch(Incremented, columns=["bye"])(lambda batch: None)
+    app = rv.App(store="sqlite://")
+    app.event_log(Counter)
+    app.collect(effect)
+    with pytest.raises(rv.SpecError, match="bye"):
+        async with app:
+            pass
+    with pytest.raises(rv.SpecError, match="distinct"):
+        rv.SideEffectHandler("twice").on_batch(Incremented, columns=["by", "by"])

@@ -282,7 +282,13 @@ async def test_read_batches_as_arrow_equal_batches_built_from_rows(
 
 
 def _rows_only(
-    self: Any, topic: str, from_offset: int, page_size: int, *, upto: int | None = None
+    self: Any,
+    topic: str,
+    from_offset: int,
+    page_size: int,
+    *,
+    upto: int | None = None,
+    columns: Any = None,
 ) -> Any:
     return self.stream(topic, from_offset, page_size, upto=upto)
 
