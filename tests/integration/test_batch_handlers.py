@@ -126,16 +126,21 @@ async def test_a_failing_batch_dead_letters_its_events_and_redrives_one_by_one(
         assert await app.dead_letters("webhook") == []
 
 
+async def refused_at_start(effect: rv.SideEffectHandler, match: str) -> None:
+    """Starting an App that collects ``effect`` raises ``SpecError`` (``match``)."""
+    app = rv.App(store="sqlite://")
+    app.event_log(Counter)
+    app.collect(effect)
+    with pytest.raises(rv.SpecError, match=match):
+        async with app:
+            pass
+
+
 async def test_a_batch_handler_is_its_logs_only_handler() -> None:
     effect = rv.SideEffectHandler("mixed")
     effect.on_batch(Incremented)(lambda batch: None)
     effect.on(Reset)(lambda ev: None)
-    app = rv.App(store="sqlite://")
-    app.event_log(Counter)
-    app.collect(effect)
-    with pytest.raises(rv.SpecError, match="only handler"):
-        async with app:
-            pass
+    await refused_at_start(effect, "only handler")
     with pytest.raises(rv.SpecError, match="two handlers"):
         effect.on_batch(Incremented)(lambda batch: None)
 
@@ -254,11 +259,6 @@ async def test_a_failing_batch_of_named_columns_dead_letters_whole_events(
 async def test_a_batch_handler_names_columns_of_its_log() -> None:
     effect = rv.SideEffectHandler("typo")
     effect.on_batch(Incremented, columns=["bye"])(lambda batch: None)
-    app = rv.App(store="sqlite://")
-    app.event_log(Counter)
-    app.collect(effect)
-    with pytest.raises(rv.SpecError, match="bye"):
-        async with app:
-            pass
+    await refused_at_start(effect, "bye")
     with pytest.raises(rv.SpecError, match="distinct"):
         rv.SideEffectHandler("twice").on_batch(Incremented, columns=["by", "by"])
