@@ -391,8 +391,8 @@ class TopicSchema:
         return self._assemble(cols, lambda codec, col: codec.from_storage(col))
 
     def projection(self, names: Sequence[str]) -> tuple[int, ...]:
-        """Where the columns ``names`` sit in a stored row (``from_storage(...,
-        columns=)``); ``SchemaMismatchError`` for an unknown or repeated name, or none."""
+        """Where the columns ``names`` sit in a stored row (what ``select_storage`` takes);
+        ``SchemaMismatchError`` for an unknown or repeated name, or for none at all."""
         what, known = f"topic {self.name!r}", self._schema.names
         if not names or len(set(names)) != len(names):
             raise SchemaMismatchError(f"{what}: columns must be distinct names, at least one")

@@ -88,6 +88,8 @@ class EventBatch(Generic[E]):
     columns, then the events' fields; personal fields opened as in ``read_batches``). It
     costs no Python object per event: count, sum or write them somewhere in bulk.
     ``envelopes()`` (also ``for ev in batch``) decodes them as ``Envelope``s on first use.
+    A handler that named its ``columns`` (``on_batch(..., columns=[...])``) gets only those
+    and ``OWN_COLUMNS`` in ``arrow``, and no envelopes.
 
     Example::
 
