@@ -38,3 +38,21 @@ async def helpers_ready(app: rv.App) -> None:
     async with asyncio.timeout(60):
         while pool.ready() < arrowhelper.HELPERS:
             await asyncio.sleep(0.01)
+
+
+def arrow_widths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The columns of each page read as Arrow from now on, a SQLite file's too: its
+    helpers start for any read, and every read waits for them."""
+    monkeypatch.setattr(arrowhelper, "SPAWN_AT", 1)
+    monkeypatch.setattr(arrowhelper, "WAIT_AT", 1)
+    widths: list[int] = []
+    page = ArrowPages.page
+
+    def spied(self: ArrowPages, sql: str, rows: int, remaining: int = 0) -> Any:
+        out = page(self, sql, rows, remaining)
+        if out is not None:
+            widths.append(out.num_columns)
+        return out
+
+    monkeypatch.setattr(ArrowPages, "page", spied)
+    return widths

@@ -24,6 +24,8 @@ from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mappi
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
+import pyarrow as pa
+
 from .. import telemetry
 from ..broker import Broker, Message, Subscription, capabilities_of
 from ..codec import OFFSET_AT, PARTITION_AT, TYPE_AT
@@ -40,7 +42,7 @@ from ..store.port import Store
 from ..store.readmodel import RowTable
 from ..topicdef import TopicDef
 from . import deadletter
-from .batch import Page, after, first_offset, last_offset, rows_of, traces
+from .batch import OFFSET, Page, after, first_offset, last_offset, rows_of, traces
 from .component import Component, HandlerSpec
 from .groups import LeasedGroup
 from .livebatch import Run
@@ -579,7 +581,7 @@ class Collector:
         """Handle one page of stored rows (offset order) and durably move the partition's
         checkpoint to ``checkpoint``: decodes the rows it has handlers for, then
         ``process``."""
-        rows = rows_of(page)
+        rows = rows_of(await self.whole(topic, partition, page))
         handlers = self.dispatch.get(topic, {})
         schema = self.topics[topic].schema
         wildcard = "*" in handlers
@@ -589,6 +591,20 @@ class Collector:
             rows = await opened(self.store, schema, rows)
         envs = [envelope_of(schema, topic, r) for r in rows]
         await self.process(topic, partition, envs, checkpoint)
+
+    async def whole(self, topic: str, partition: int, page: Page | pa.RecordBatch) -> Page:
+        """``page`` with every column as stored: an Arrow page read with only the
+        ``projected`` columns, or the converted columns of a batch (``EventBatch.arrow``),
+        is read again as rows, at its offsets."""
+        if isinstance(page, list) or (isinstance(page, pa.Table) and topic not in self.projected):
+            return page
+        if not len(page):
+            return []
+        offsets = page.column(OFFSET).to_pylist()
+        part = None if self.topics[topic].partitions == 1 else partition
+        want, first, last = set(offsets), offsets[0], offsets[-1]
+        got = await self.store.read(topic, first, last - first + 1, upto=last, partition=part)
+        return [r for r in got if r[OFFSET_AT] in want]
 
     def handler_for(self, ev: Envelope[Any]) -> HandlerSpec:
         """The handler registered for ``ev``'s topic and type."""

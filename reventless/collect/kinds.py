@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import telemetry
-from ..codec import AGGREGATE_AT, OFFSET_AT
+from ..codec import AGGREGATE_AT
 from ..errors import Rejected, SchemaMismatchError, SpecError, StoreError
 from ..eventlog import command_id_for
 from ..scheduling import Clock, ScheduleWrite, SystemClock, schedule_writes, to_us
@@ -19,7 +19,16 @@ from ..spec import Directive, Envelope, Metadata
 from ..store.collector import Failure
 from ..store.readmodel import ReadModelStore, RowWriter
 from ..topicdef import partition_of
-from .batch import AGGREGATE, OFFSET, EventBatch, Page, event_batch, of_types, read_columns, rows_of
+from .batch import (
+    AGGREGATE,
+    OWN_COLUMNS,
+    EventBatch,
+    Page,
+    event_batch,
+    of_types,
+    read_columns,
+    rows_of,
+)
 from .collector import Collector, Failed, LogResolver, failures
 from .component import (
     Delete,
@@ -56,6 +65,11 @@ class ReadModelCollector(Collector):
             if fold is not None:
                 self.folds[topic] = fold
                 self.columnar.add(topic)  # its catch-up pages come as Arrow where they can
+                if not self.topics[topic].schema.personal:
+                    # ...of the columns the fold reads and the collector's own only (the
+                    # handlers' path, where the fold is not exact, reads the page again)
+                    wanted = {*fold.columns, *OWN_COLUMNS}
+                    self.projected[topic] = [n for n in fold.names if n in wanted]
 
     def apply_rows(
         self, rows: RowWriter, envs: list[Envelope[Any]], *, redo: bool = False
@@ -413,29 +427,19 @@ class SideEffectCollector(_RetryingCollector):
                 )
                 if batch.columns is None:
                     events = batch.envelopes()
-                else:  # read with the handler's columns only: read its events again whole
-                    offsets = batch.arrow.column(OFFSET).to_pylist()
-                    events = await self._reread(batch.topic, batch.partition, offsets)
+                else:  # read with the handler's columns only: its events again, whole
+                    events = await self._envelopes(batch.topic, batch.partition, batch.arrow)
                 for ev in events:
                     failed.append((ev, error_text(exc), attempt))
                     self.park(ev)
                 return
 
-    async def _envelopes(self, topic: str, partition: int, page: Page) -> list[Envelope[Any]]:
-        """The envelopes of ``page``'s events (to dead-letter them). A page read with a
-        batch handler's columns lacks the others: its events are read again, whole."""
-        if isinstance(page, list) or topic not in self.projected:
-            rows = rows_of(page)  # (every column, as stored)
-            schema = self.topics[topic].schema
-            return (await event_batch(self.store, schema, topic, partition, rows)).envelopes()
-        return await self._reread(topic, partition, page.column(OFFSET).to_pylist())
-
-    async def _reread(self, topic: str, partition: int, offsets: list[int]) -> list[Envelope[Any]]:
-        """The envelopes of the events at ``offsets`` (of one partition), read whole."""
-        part = None if self.topics[topic].partitions == 1 else partition
-        want, first, last = set(offsets), min(offsets), max(offsets)
-        got = await self.store.read(topic, first, last - first + 1, upto=last, partition=part)
-        rows = [r for r in got if r[OFFSET_AT] in want]
+    async def _envelopes(
+        self, topic: str, partition: int, page: Page | pa.RecordBatch
+    ) -> list[Envelope[Any]]:
+        """The envelopes of ``page``'s events (to dead-letter them), read again whole if
+        the page was read with the handler's columns only (``whole``)."""
+        rows = rows_of(await self.whole(topic, partition, page))
         schema = self.topics[topic].schema
         return (await event_batch(self.store, schema, topic, partition, rows)).envelopes()
 

@@ -90,11 +90,19 @@ class RowFold:
     """A read model's column upserts for one topic, compiled to fold stored rows."""
 
     def __init__(
-        self, model: ReadModel[Any], plans: Mapping[str, _Plan], used: frozenset[int]
+        self,
+        model: ReadModel[Any],
+        plans: Mapping[str, _Plan],
+        used: frozenset[int],
+        names: Sequence[str] = (),
     ) -> None:
         self.model, self.plans = model, dict(plans)
         #: The stored-row positions the fold reads (the rest may be None: ``narrow``).
         self.used = used | {TYPE_AT, SCHEMA_VERSION_AT}
+        #: The stored columns' names, in row order.
+        self.names = tuple(names)
+        #: The names of the columns at ``used``: all a page needs to hold for the fold.
+        self.columns = tuple(n for i, n in enumerate(self.names) if i in self.used)
         fields = model.row.model_fields
         self._empty = {
             n: f.get_default(call_default_factory=True) for n, f in fields.items() if n != model.key
@@ -129,16 +137,21 @@ class RowFold:
                 tuple((c, g) for c, g in latest if g is not None),
                 tuple(add),
             )
-        return cls(model, plans, frozenset(used)) if plans else None
+        names = topic.schema.arrow_schema.names
+        return cls(model, plans, frozenset(used), names) if plans else None
 
     def narrow(self, page: pa.Table) -> list[StoredRow]:
-        """The rows of an Arrow page (stored columns) with only the values this fold reads
-        (None elsewhere): a few columns leave Arrow instead of all of them."""
-        used = self.used
-        cols = [
-            c.to_pylist() if i in used else repeat(None, len(page))
-            for i, c in enumerate(page.columns)
-        ]
+        """The rows of an Arrow page (every stored column, or some of them by name: at
+        least ``columns``) with only the values this fold reads (None elsewhere): a few
+        columns leave Arrow instead of all of them."""
+        used, n = self.used, len(page)
+        at: Sequence[int] = range(page.num_columns)
+        if page.num_columns != len(self.names):
+            at = [self.names.index(name) for name in page.column_names]
+        cols: list[Any] = [repeat(None, n) for _ in self.names]
+        for i, c in zip(at, page.columns, strict=True):
+            if i in used:
+                cols[i] = c.to_pylist()
         return list(zip(*cols, strict=True))
 
     def keys(self, rows: Sequence[StoredRow]) -> list[Any] | None:

@@ -10,9 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 import reventless as rv
-from reventless.store import arrowhelper
-from reventless.store.arrowread import ArrowPages
-from tests.arrow_pages import counting
+from tests.arrow_pages import arrow_widths, counting
 from tests.model import Counter, Increment, Incremented, Reset, ResetCounter
 
 
@@ -147,24 +145,6 @@ async def test_a_batch_handler_is_its_logs_only_handler() -> None:
 
 #: What a handler declaring ``columns=["by"]`` gets: those, with the collector's own.
 BY_COLUMNS = ["_offset", "_aggregate_id", "_type", "_trace", "by"]
-
-
-def arrow_widths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The columns of each page read as Arrow from now on, a SQLite file's too: its
-    helpers start for any read, and every read waits for them."""
-    monkeypatch.setattr(arrowhelper, "SPAWN_AT", 1)
-    monkeypatch.setattr(arrowhelper, "WAIT_AT", 1)
-    widths: list[int] = []
-    page = ArrowPages.page
-
-    def spied(self: ArrowPages, sql: str, rows: int, remaining: int = 0) -> Any:
-        out = page(self, sql, rows, remaining)
-        if out is not None:
-            widths.append(out.num_columns)
-        return out
-
-    monkeypatch.setattr(ArrowPages, "page", spied)
-    return widths
 
 
 async def test_a_batch_handler_that_names_its_columns_gets_pages_of_those(

@@ -15,7 +15,7 @@ from pydantic import BaseModel, field_validator
 import reventless as rv
 from reventless.collect.kinds import ReadModelCollector
 from reventless.collect.rowfold import RowFold
-from tests.arrow_pages import counting
+from tests.arrow_pages import arrow_widths, counting
 
 
 class Sold(rv.Event):
@@ -156,11 +156,19 @@ async def test_a_fold_catches_up_from_arrow_pages_on_postgres(
     late.event_log(Till)
     caught = late.collect(sku_stats("fold_late"))
     arrow = counting(monkeypatch)
+    widths = arrow_widths(monkeypatch)
     async with late:
         await late.settle()
         assert [r.model_dump() for r in await caught.all()] == want
         assert collector(late, "fold_late").folded == sum(at.values())
+        narrow = collector(late, "fold_late").projected["Till"]
     assert arrow and all(n >= 0 for n in arrow)  # every page came as Arrow
+    # ...of the columns the fold reads and the collector's own only
+    assert set(narrow) == {
+        *("_offset", "_aggregate_id", "_type", "_trace", "_schema_version"),
+        *("sku", "qty", "price", "note", "gift"),
+    }
+    assert set(widths) == {len(narrow)}
 
 
 async def test_fold_resumes_from_stored_rows(file_url: str) -> None:
@@ -197,6 +205,36 @@ async def test_a_failing_upsert_dead_letters_through_the_handlers(file_url: str)
         letters = await app.dead_letters()
         assert [(d.component, d.offset) for d in letters] == [("odd", 1)]
         assert collector(app, "odd").folded == 0
+
+
+async def test_a_fold_that_is_not_exact_reads_its_narrow_page_again(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catch-up page read with the fold's columns only, on which the fold cannot apply:
+    the handlers run on the page read again whole, and dead-letter its events."""
+
+    class Odd(BaseModel):
+        sku: str
+        label: str = ""
+
+    writer = rv.App(store=shared_url)
+    log = writer.event_log(Till)
+    async with writer:
+        await append(log, "t1", [Sold(sku="a", qty=1, price=1.0, note="x")] * 3, {})
+        stored = [e.msg_id for e in await log.read()]
+    model = rv.ReadModel("odd", row=Odd, key="sku")
+    rv.ColumnUpserts(model, key="sku").on(Sold, add={"label": "qty"})
+    widths = arrow_widths(monkeypatch)
+    app = rv.App(store=shared_url)
+    app.event_log(Till)
+    view = app.collect(model)
+    async with app:
+        await app.settle()
+        assert await view.all() == []
+        letters = await app.dead_letters()
+        assert [(d.offset, d.msg_id) for d in letters] == list(zip([1, 2, 3], stored, strict=True))
+        assert collector(app, "odd").folded == 0
+    assert widths and all(w < 17 for w in widths)  # the page the fold tried was narrow
 
 
 def test_only_exact_folds_compile() -> None:
