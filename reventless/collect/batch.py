@@ -153,9 +153,10 @@ class EventBatch(Generic[E]):
         return self._envelopes
 
 
-def read_columns(schema: TopicSchema, declared: Sequence[str]) -> list[str]:
-    """The columns a collector reads for a batch handler that declared ``declared``: those
-    and ``OWN_COLUMNS``, in the schema's order (``SchemaMismatchError``: a name it lacks)."""
+def page_columns(schema: TopicSchema, declared: Sequence[str]) -> list[str]:
+    """The columns a collector reads of its pages when its handlers read only
+    ``declared`` (a batch handler's ``columns=``, a fold's own): those and
+    ``OWN_COLUMNS``, in the schema's order (``SchemaMismatchError``: a name it lacks)."""
     schema.projection(list(declared))
     wanted = {*declared, *OWN_COLUMNS}
     return [n for n in schema.arrow_schema.names if n in wanted]
@@ -171,7 +172,7 @@ async def event_batch(
 ) -> EventBatch[Any]:
     """The ``EventBatch`` of ``page`` (rows as the store holds them: personal fields are
     opened here, in the Arrow columns and in the envelopes). ``columns``: the batch holds
-    only those (``read_columns``); an Arrow page was read with exactly them, rows have
+    only those (``page_columns``); an Arrow page was read with exactly them, rows have
     every column."""
     decode = _decoder(schema, topic)
     if columns is not None:

@@ -21,12 +21,11 @@ from ..store.readmodel import ReadModelStore, RowWriter
 from ..topicdef import partition_of
 from .batch import (
     AGGREGATE,
-    OWN_COLUMNS,
     EventBatch,
     Page,
     event_batch,
     of_types,
-    read_columns,
+    page_columns,
     rows_of,
 )
 from .collector import Collector, Failed, LogResolver, failures
@@ -65,11 +64,11 @@ class ReadModelCollector(Collector):
             if fold is not None:
                 self.folds[topic] = fold
                 self.columnar.add(topic)  # its catch-up pages come as Arrow where they can
-                if not self.topics[topic].schema.personal:
+                schema = self.topics[topic].schema
+                if not schema.personal:
                     # ...of the columns the fold reads and the collector's own only (the
                     # handlers' path, where the fold is not exact, reads the page again)
-                    wanted = {*fold.columns, *OWN_COLUMNS}
-                    self.projected[topic] = [n for n in fold.names if n in wanted]
+                    self.projected[topic] = page_columns(schema, fold.columns)
 
     def apply_rows(
         self, rows: RowWriter, envs: list[Envelope[Any]], *, redo: bool = False
@@ -358,7 +357,7 @@ class SideEffectCollector(_RetryingCollector):
                 if declared is not None:
                     schema = self.topics[topic].schema
                     try:
-                        columns = read_columns(schema, declared)
+                        columns = page_columns(schema, declared)
                     except SchemaMismatchError as exc:
                         raise SpecError(f"{self.name}: on_batch columns: {exc}") from None
                     self.batch_columns[topic] = columns

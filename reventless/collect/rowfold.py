@@ -94,7 +94,7 @@ class RowFold:
         model: ReadModel[Any],
         plans: Mapping[str, _Plan],
         used: frozenset[int],
-        names: Sequence[str] = (),
+        names: Sequence[str],
     ) -> None:
         self.model, self.plans = model, dict(plans)
         #: The stored-row positions the fold reads (the rest may be None: ``narrow``).

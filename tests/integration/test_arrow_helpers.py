@@ -26,6 +26,12 @@ def pool_of(app: rv.App) -> arrowhelper.HelperPool:
     return pool
 
 
+def notes_app(url: str) -> tuple[rv.App, rv.EventLog[Any]]:
+    """An App on ``url`` with the ``Notes`` log."""
+    app = rv.App(store=url)
+    return app, app.event_log(Notes)
+
+
 async def noted(app: rv.App, log: rv.EventLog[Any], n: int) -> None:
     """``n`` notes appended, and the helpers ready."""
     await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(n)])
@@ -50,8 +56,7 @@ async def test_pages_come_from_helpers_while_the_store_writes(
     with SIGBUS while the store wrote). Its pages come from helper processes, as Arrow,
     while appends commit beside them; the driver never loads in the store's process."""
     pages = counting(monkeypatch)
-    app = rv.App(store=file_url)
-    log = app.event_log(Notes)
+    app, log = notes_app(file_url)
     async with app:
         await log.append_many([(f"n-{k}", [Noted(ratio=k / 3)], 0) for k in range(1500)])
         await helpers_ready(app)
@@ -80,8 +85,7 @@ async def test_a_short_read_starts_no_helper_and_a_long_one_does(
 ) -> None:
     monkeypatch.setattr(arrowhelper, "SPAWN_AT", 3000)
     pages = counting(monkeypatch)
-    app = rv.App(store=file_url)
-    log = app.event_log(Notes)
+    app, log = notes_app(file_url)
     async with app:
         await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(2500)])
         assert sum([b.num_rows async for b in log.read_batches(batch_size=500)]) == 2500
@@ -98,8 +102,7 @@ async def test_a_helper_that_dies_leaves_its_page_to_rows(
     file_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pages = counting(monkeypatch)
-    app = rv.App(store=file_url)
-    log = app.event_log(Notes)
+    app, log = notes_app(file_url)
     async with app:
         await log.append_many([(f"n-{k}", [Noted(ratio=k / 3)], 0) for k in range(2100)])
         await helpers_ready(app)
@@ -121,8 +124,7 @@ async def test_a_helper_that_cannot_start_leaves_reads_to_rows(
 ) -> None:
     monkeypatch.setattr(arrowhelper, "_CHILD", arrowhelper._CHILD.with_name("missing.py"))
     monkeypatch.setattr(arrowhelper, "SPAWN_AT", 0)
-    app = rv.App(store=file_url)
-    log = app.event_log(Notes)
+    app, log = notes_app(file_url)
     async with app:
         await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(1500)])
         pool = pool_of(app)
@@ -137,8 +139,7 @@ async def test_a_helper_that_cannot_start_leaves_reads_to_rows(
 
 
 async def test_closing_the_store_stops_its_helpers(file_url: str) -> None:
-    app = rv.App(store=file_url)
-    log = app.event_log(Notes)
+    app, log = notes_app(file_url)
     async with app:
         await log.append("n-0", [Noted(ratio=1)], expected_version=0)
         await helpers_ready(app)
@@ -154,8 +155,7 @@ async def test_more_pages_at_once_than_helpers_wait_for_one(
     helper reads its second while its first is taken in), the others wait for the next
     answer (milliseconds) instead of falling back to rows, and all are exact."""
     pages = counting(monkeypatch)
-    app = rv.App(store=file_url)
-    log = app.event_log(Notes)
+    app, log = notes_app(file_url)
     async with app:
         await noted(app, log, 5000)
         got = await pages_at_once(app, log, 10)
@@ -168,8 +168,7 @@ async def test_helpers_read_only_the_columns_asked(
     file_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pages = counting(monkeypatch)
-    app = rv.App(store=file_url)
-    log = app.event_log(Notes)
+    app, log = notes_app(file_url)
     async with app:
         await noted(app, log, 25_000)
         full = pa.Table.from_batches([b async for b in log.read_batches()])
@@ -186,8 +185,7 @@ async def test_a_helper_that_dies_with_pages_asked_leaves_them_all_to_rows(
     """Pages are pipelined (two asked of each helper): a helper that dies with both asked
     fails both, and both are read as rows, exact."""
     pages = counting(monkeypatch)
-    app = rv.App(store=file_url)
-    log = app.event_log(Notes)
+    app, log = notes_app(file_url)
     async with app:
         await noted(app, log, 2000)
         pool = pool_of(app)
@@ -239,8 +237,7 @@ async def test_a_long_read_waits_for_its_helper_instead_of_reading_rows(
     monkeypatch.setattr(arrowhelper, "SPAWN_AT", 1000)
     monkeypatch.setattr(arrowhelper, "WAIT_AT", 2000)
     pages = counting(monkeypatch)
-    app = rv.App(store=file_url)
-    log = app.event_log(Notes)
+    app, log = notes_app(file_url)
     async with app:
         await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(3000)])
         batches = [b async for b in log.read_batches(batch_size=500)]
@@ -261,8 +258,7 @@ async def test_a_helper_that_never_gets_ready_is_dropped(
     monkeypatch.setattr(arrowhelper, "_START_LIMIT", 0.5)
     monkeypatch.setattr(arrowhelper, "SPAWN_AT", 100)
     monkeypatch.setattr(arrowhelper, "WAIT_AT", 100)
-    app = rv.App(store=file_url)
-    log = app.event_log(Notes)
+    app, log = notes_app(file_url)
     async with app:
         await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(1500)])
         pool = pool_of(app)
