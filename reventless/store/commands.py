@@ -69,12 +69,13 @@ class CommandLookup:
             self._reader = None
 
     def _read(self, conn: Connection, ids: list[str]) -> dict[str, CommandRecord]:
+        among, params = self.db.member_of("command_id", ids)
         sql = (
             "SELECT command_id, topic, aggregate_id, first_offset, last_offset, version "
-            f"FROM rv_commands WHERE command_id IN ({self.db.placeholders(len(ids))})"
+            f"FROM rv_commands WHERE {among}"
         )
         cur: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        cur.execute(sql, tuple(ids))
+        cur.execute(sql, tuple(params))
         return {str(r[0]): _record(r) for r in cur.fetchall()}
 
 

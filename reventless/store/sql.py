@@ -69,6 +69,8 @@ _INLINE_RUN = 16
 _MAX_GROUP_ROWS = 10_000
 #: Aggregates per query of ``load_many`` (well under SQLite's bound parameters).
 _LOAD_CHUNK = 500
+#: The same on PostgreSQL, where the ids go as one array parameter (``member_of``).
+_LOAD_CHUNK_PG = 5000
 
 
 @dataclass(slots=True)
@@ -730,21 +732,22 @@ class SqlEventStore:
         ) -> dict[str, tuple[tuple[int, str, str] | None, list[StoredRow]]]:
             out: dict[str, tuple[tuple[int, str, str] | None, list[StoredRow]]] = {}
             cur = raw_cursor(conn)
-            for at in range(0, len(ids), _LOAD_CHUNK):
-                chunk = ids[at : at + _LOAD_CHUNK]
-                marks = ", ".join([mark] * len(chunk))
+            step = _LOAD_CHUNK if self.db.is_sqlite else _LOAD_CHUNK_PG
+            for at in range(0, len(ids), step):
+                chunk = ids[at : at + step]
+                among, params = self.db.member_of("aggregate_id", chunk)
                 cur.execute(
                     "SELECT aggregate_id, version, fingerprint, state FROM rv_snapshots "
-                    f"WHERE topic = {mark} AND aggregate_id IN ({marks})",
-                    (topic, *chunk),
+                    f"WHERE topic = {mark} AND {among}",
+                    (topic, *params),
                 )
                 snaps = {a: (int(v), f, st) for a, v, f, st in cur.fetchall()}
                 rows: dict[str, list[StoredRow]] = {a: [] for a in chunk}
+                among, params = self.db.member_of("_aggregate_id", chunk)
                 for r in _fetch(
                     conn,
-                    f"{entry.select_sql} WHERE _aggregate_id IN ({marks}) "
-                    "ORDER BY _aggregate_id, _version",
-                    chunk,
+                    f"{entry.select_sql} WHERE {among} ORDER BY _aggregate_id, _version",
+                    params,
                 ):
                     snap = snaps.get(r[AGGREGATE_AT])
                     if snap is None or r[VERSION_AT] > snap[0]:
