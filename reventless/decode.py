@@ -9,7 +9,7 @@ than its class, or a missing upcaster, fails loudly.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import create_model
@@ -174,3 +174,38 @@ def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any
         row[TRACE_AT],
     )
     return _tuple_new(Envelope, fields)
+
+
+def envelopes_of(schema: TopicSchema, topic: str, rows: Iterable[StoredRow]) -> list[Envelope[Any]]:
+    """``envelope_of`` of each row, in one call (a collector's page): current-version
+    events go straight to their decoder, and metadata comes from the shared cache."""
+    decoders = schema.decoders
+    tags_at = schema.tags_at
+    metas = _META_CACHE
+    new = _tuple_new
+    out: list[Envelope[Any]] = []
+    append = out.append
+    for row in rows:
+        decode = decoders.get((row[TYPE_AT], row[SCHEMA_VERSION_AT]))
+        meta = metas.get(row[_META_FROM:_META_TO])
+        append(
+            new(
+                Envelope,
+                (
+                    decode_row(schema, row) if decode is None else decode(row[FIELDS_AT:]),
+                    topic,
+                    row[OFFSET_AT],
+                    row[TYPE_AT],
+                    row[AGGREGATE_AT],
+                    row[VERSION_AT],
+                    row[MSG_ID_AT],
+                    row[PRODUCED_AT_AT],
+                    _meta_of(row) if meta is None else meta,
+                    row[SCHEMA_VERSION_AT],
+                    row[ROW_IDX_AT],
+                    () if tags_at is None else tags_of(row[tags_at]),
+                    row[TRACE_AT],
+                ),
+            )
+        )
+    return out

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from .codec.ipc import parquet_compression
-from .decode import envelope_of, opened, sealed
+from .decode import envelopes_of, opened, sealed
 from .errors import StoreError, TenantError
 from .ids import now_us, uuid7_strs
 from .spec import Envelope, Metadata
@@ -82,15 +82,17 @@ class Topic:
         """Up to ``limit`` envelopes from ``from_offset`` on, in offset order."""
         rows = await self.store.read(self.name, from_offset, limit)
         rows = await opened(self.store, self.schema, rows)
-        return [envelope_of(self.schema, self.name, r) for r in rows]
+        return envelopes_of(self.schema, self.name, rows)
 
     async def iter(
         self, from_offset: int = 1, *, page_size: int = 2000
     ) -> AsyncIterator[Envelope[Any]]:
         """Every envelope from ``from_offset`` to the current head, read in pages."""
         async for page in self._pages(from_offset, page_size):
-            for r in await opened(self.store, self.schema, page):
-                yield envelope_of(self.schema, self.name, r)
+            for ev in envelopes_of(
+                self.schema, self.name, await opened(self.store, self.schema, page)
+            ):
+                yield ev
 
     async def _pages(
         self, from_offset: int, page_size: int, upto: int | None = None

@@ -247,6 +247,11 @@ class TopicSchema:
         self.versions = types.MappingProxyType(
             {t: int(getattr(m, "schema_version", 1)) for t, m, _ in plans or ()}
         )
+        #: ``(event type, schema version) -> decoder of the field values`` of the current
+        #: versions of a model topic (the rows that need no upcast; ``decode``'s hot path).
+        self.decoders: Mapping[tuple[str, int], _Fn] = {
+            (t, v): self._models[t][1] for t, v in self.versions.items()
+        }
 
     @classmethod
     def from_events(

@@ -31,7 +31,7 @@ from ..broker import Broker, Message, Subscription, capabilities_of
 from ..codec import OFFSET_AT, PARTITION_AT, TYPE_AT
 from ..codec.ipc import decode_batch
 from ..deadletter import DeadLetter, RedriveReport
-from ..decode import envelope_of, opened
+from ..decode import envelopes_of, opened
 from ..errors import CheckpointMovedError, LeaseLostError
 from ..eventlog import EventLog
 from ..scheduling import ScheduleWrite
@@ -120,6 +120,7 @@ class Collector:
         self.parked: set[tuple[str, str]] = set()
         #: Topics whose pages are read as Arrow columns where the store can (their
         #: handlers take ``EventBatch``es): ``process_page`` then gets an Arrow table.
+        #: (Every topic's are where that costs less than rows: ``Store.arrow_rows``.)
         self.columnar: set[str] = set()
         #: Per columnar topic, the only columns its pages are read with (batch handlers'
         #: ``columns=``, with the collector's own); absent: every column.
@@ -450,7 +451,7 @@ class Collector:
         part = None if self.topics[topic].partitions == 1 else partition
         page, f = self.options.page_size, self.filters.get(topic)
         if f is None:
-            if topic in self.columnar:
+            if topic in self.columnar or self.store.arrow_rows:
                 columns = self.projected.get(topic)
                 rows = await self.store.read_columns(
                     topic, start, page, upto=upto, partition=part, columns=columns
@@ -589,7 +590,7 @@ class Collector:
             rows = [r for r in rows if r[TYPE_AT] in handlers]
         if schema.personal:
             rows = await opened(self.store, schema, rows)
-        envs = [envelope_of(schema, topic, r) for r in rows]
+        envs = envelopes_of(schema, topic, rows)
         await self.process(topic, partition, envs, checkpoint)
 
     async def whole(self, topic: str, partition: int, page: Page | pa.RecordBatch) -> Page:

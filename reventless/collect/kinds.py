@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable
 from typing import Any
 
 import pyarrow as pa
@@ -198,6 +199,10 @@ class _RetryingCollector(Collector):
             trace=telemetry.traceparent() or ev.trace,
         )
 
+    #: Whether ``handle`` is just the handler's call and its schedules (side effects): the
+    #: first attempt then calls the handler directly (``_direct``).
+    direct = False
+
     async def process(
         self, topic: str, partition: int, envs: list[Envelope[Any]], checkpoint: int
     ) -> None:
@@ -209,19 +214,24 @@ class _RetryingCollector(Collector):
         for ev in envs:
             parts.setdefault(ev.aggregate_id, []).append(ev)
         gate = asyncio.Semaphore(self.concurrency)
+        # Untraced side effects take the direct lane: no span, no retry frame per event
+        each = self._direct if self.direct and not telemetry.tracing() else self._attempt
 
         async def run(part: list[Envelope[Any]]) -> None:
             async with gate:
                 for ev in part:
-                    if self.is_parked(ev):
+                    if self.parked and self.is_parked(ev):
                         failed.append(
                             (ev, "parked behind an earlier dead letter of this aggregate", 0)
                         )
                     else:
-                        await self._attempt(ev, failed, scheduled)
+                        await each(ev, failed, scheduled)
 
         if None in parts:  # rows without an aggregate keep their total order
             await run(parts.pop(None))
+        if len(parts) == 1:  # one aggregate (a live event, say): no task to schedule
+            await run(next(iter(parts.values())))
+            parts.clear()
         runs = [asyncio.ensure_future(run(p)) for p in parts.values()]
         try:
             await asyncio.gather(*runs)
@@ -237,12 +247,41 @@ class _RetryingCollector(Collector):
         if failed:
             telemetry.dead_lettered(self.name, topic, len(failed), failed[0][1])
 
-    async def _attempt(
+    async def _direct(
         self, ev: Envelope[Any], failed: Failed, scheduled: list[tuple[int, list[ScheduleWrite]]]
     ) -> None:
+        """``_attempt`` for an untraced side effect: the first call goes straight to the
+        handler; a failure goes on to ``_attempt``'s retries as its first attempt."""
+        handlers = self.dispatch[ev.topic]
+        spec = handlers.get(ev.type) or handlers["*"]
+        try:
+            out = spec.fn(ev)
+            if spec.is_async or isinstance(out, Awaitable):
+                out = await out
+        except Exception as exc:
+            await self._attempt(ev, failed, scheduled, first=exc)
+            return
+        if out is not None:
+            writes = self.scheduled(ev, as_ops(out))
+            if writes:
+                scheduled.append((ev.offset, writes))
+
+    async def _attempt(
+        self,
+        ev: Envelope[Any],
+        failed: Failed,
+        scheduled: list[tuple[int, list[ScheduleWrite]]],
+        first: Exception | None = None,
+    ) -> None:
+        """Handle ``ev`` with retries and backoff; a business refusal (``Rejected``) or the
+        last failure dead-letters it and parks its aggregate. ``first``: the first
+        attempt's failure, when the caller made that attempt."""
         spec = self.handler_for(ev)
         for attempt in range(1, self.max_attempts + 1):
             try:
+                if first is not None:
+                    exc, first = first, None
+                    raise exc
                 with telemetry.handling(self.name, ev.topic, ev.offset, ev.trace):
                     writes = await self.handle(ev, spec)
                 if writes:
@@ -324,6 +363,8 @@ class MapperCollector(_RetryingCollector):
 class SideEffectCollector(_RetryingCollector):
     """Runs side effects at least once; failures retry with backoff, then dead-letter.
     A topic with a batch handler (``on_batch``) gets one call per page (``EventBatch``)."""
+
+    direct = True
 
     def __init__(
         self,

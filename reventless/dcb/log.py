@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from .. import telemetry
 from ..codec import TopicSchema, add_tags
-from ..decode import envelope_of, opened, sealed
+from ..decode import envelopes_of, opened, sealed
 from ..errors import (
     AppendConditionError,
     CommandIdReusedError,
@@ -113,7 +113,7 @@ class DcbLog:
         rows = await self.store.read_query(self.name, query, after=after, limit=limit)
         schema = self.schema
         rows = await opened(self.store, schema, rows)
-        return [envelope_of(schema, self.name, r) for r in rows]
+        return envelopes_of(schema, self.name, rows)
 
     def _extra(self, tags: Tags | None, n: int) -> list[tuple[str, ...]] | None:
         """Per event, the extra tags given at append (checked); None: none given."""

@@ -77,6 +77,11 @@ class ArrowPages:
         return self._retry_at == 0.0 or time.monotonic() >= self._retry_at
 
     @property
+    def off_process(self) -> bool:
+        """True when pages are read by other processes (a SQLite file's helpers)."""
+        return self._helpers is not None and self.available
+
+    @property
     def ahead(self) -> int:
         """Pages worth reading at once: two on PostgreSQL (a connection each), two per
         helper of a SQLite file (``arrowhelper.DEPTH``)."""

@@ -60,6 +60,13 @@ class EventStore(Protocol):
         """What predicates compile to (``sqlite``, ``postgresql``)."""
         ...
 
+    @property
+    def arrow_rows(self) -> bool:
+        """Whether pages of every column cost this process less read by ``read_columns``
+        (and turned into rows) than by ``read``: so where Arrow pages are read in other
+        processes (a SQLite file's helpers), not where this process reads them."""
+        ...
+
     async def open(self) -> None:
         """Open the store and create its system tables if missing."""
         ...
