@@ -182,12 +182,18 @@ def envelopes_of(schema: TopicSchema, topic: str, rows: Iterable[StoredRow]) -> 
     decoders = schema.decoders
     tags_at = schema.tags_at
     metas = _META_CACHE
+    trusted = Metadata.trusted
     new = _tuple_new
     out: list[Envelope[Any]] = []
     append = out.append
     for row in rows:
         decode = decoders.get((row[TYPE_AT], row[SCHEMA_VERSION_AT]))
-        meta = metas.get(row[_META_FROM:_META_TO])
+        key = row[_META_FROM:_META_TO]
+        meta = metas.get(key)
+        if meta is None:
+            if len(metas) >= 4096:
+                metas.clear()
+            meta = metas[key] = trusted(*key)
         append(
             new(
                 Envelope,
@@ -200,7 +206,7 @@ def envelopes_of(schema: TopicSchema, topic: str, rows: Iterable[StoredRow]) -> 
                     row[VERSION_AT],
                     row[MSG_ID_AT],
                     row[PRODUCED_AT_AT],
-                    _meta_of(row) if meta is None else meta,
+                    meta,
                     row[SCHEMA_VERSION_AT],
                     row[ROW_IDX_AT],
                     () if tags_at is None else tags_of(row[tags_at]),

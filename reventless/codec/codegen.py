@@ -144,7 +144,12 @@ def _trusted(model: type[BaseModel], slots: list[_Slot]) -> bool:
         and model.__pydantic_post_init__ is None
         and not getattr(model, "__pydantic_root_model__", False)
         and model.model_config.get("extra") != "allow"
+        and tuple(BaseModel.__slots__) == _MODEL_SLOTS  # (a pydantic whose layout we know)
     )
+
+
+#: The instance slots of a pydantic model, as ``_model_decoder`` sets them (in order).
+_MODEL_SLOTS = ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
 
 
 def _model_decoder(what: str, model: type[BaseModel], n: int, slots: list[_Slot]) -> _Fn:
@@ -161,8 +166,16 @@ def _model_decoder(what: str, model: type[BaseModel], n: int, slots: list[_Slot]
     slow = _compile([*lines, "return _validate(kw, strict=False)"], ns, "values", what)
     if not _trusted(model, slots):
         return slow
-    ns = {"_new": object.__new__, "_set": object.__setattr__, "_cls": model, "_slow": slow}
-    ns["_names"] = frozenset(model.model_fields)
+    # BaseModel's slots set through their own descriptors (half the time of
+    # object.__setattr__, which looks each name up first)
+    slot = {n: BaseModel.__dict__[n].__set__ for n in _MODEL_SLOTS}
+    ns = {
+        "_new": object.__new__,
+        "_cls": model,
+        "_slow": slow,
+        "_names": frozenset(model.model_fields),
+    }
+    ns |= {f"_set{i}": slot[n] for i, n in enumerate(_MODEL_SLOTS)}
     fast = {"bool": "(True if {v} else False)", "float": "float({v})"}  # SQLite: bools as 0/1
     attrs = [
         f"{s.attr!r}: "
@@ -172,9 +185,8 @@ def _model_decoder(what: str, model: type[BaseModel], n: int, slots: list[_Slot]
     ]
     nulls = " or ".join(f"v{s.col} is None" for s in slots if not s.nullable) or "False"
     lines = [_unpack(n), f"if {nulls}: return _slow(values)", "o = _new(_cls)"]
-    lines += ["_set(o, '__dict__', {" + ", ".join(attrs) + "})"]
-    lines += ["_set(o, '__pydantic_fields_set__', set(_names))"]
-    lines += ["_set(o, '__pydantic_extra__', None)", "_set(o, '__pydantic_private__', None)"]
+    lines += ["_set0(o, {" + ", ".join(attrs) + "})", "_set1(o, set(_names))"]
+    lines += ["_set2(o, None)", "_set3(o, None)"]
     return _compile([*lines, "return o"], ns, "values", what)
 
 
