@@ -87,9 +87,10 @@ class AppOptions:
     partitions: int = 1
     #: At the first App start in a process, before its collectors catch up:
     #: ``gc.collect()`` then ``gc.freeze()``, so the objects that exist by then
-    #: (modules, classes, the spec) leave the cyclic collector's scans. Its full passes then cost milliseconds instead of ~80 ms each,
-    #: which was 1-3 us per event on the hot paths. Only reference cycles among those
-    #: frozen objects that later become garbage are never collected.
+    #: (modules, classes, the spec) leave the cyclic collector's scans. Its full passes
+    #: then cost milliseconds instead of ~80 ms each, which was 1-3 us per event on the
+    #: hot paths. Only reference cycles among those frozen objects that later become
+    #: garbage are never collected.
     gc_freeze: bool = True
     #: The time of scheduled commands: when ``after=`` counts from and when they are due
     #: (``rv.ManualClock`` in tests).
