@@ -196,8 +196,8 @@ def main() -> None:
         "operation from a plain run; the five functions with the most own time from a "
         "`cProfile` run of the event loop's thread (shares of its profiled time; the "
         "profiler inflates small calls). The CPU per operation is this process's: a SQLite "
-        "file's Arrow helper processes (batch and fold catch-ups) are not in it. Full "
-        "profiles: `bench/profiles/<workload>.txt`.",
+        "file's Arrow helper processes, which read the pages of every catch-up, are not in "
+        "it. Full profiles: `bench/profiles/<workload>.txt`.",
         "",
         "| workload | us CPU per op | most own time |",
         "|---|--:|---|",
