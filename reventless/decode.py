@@ -122,18 +122,6 @@ _META_CACHE: dict[tuple[Any, ...], Metadata] = {}
 _META_FROM, _META_TO = CORRELATION_AT, TENANT_AT + 1
 
 
-def _meta_of(row: StoredRow) -> Metadata:
-    # Events of one command (and often of one caller) share their metadata: reuse the
-    # immutable object instead of building one per event.
-    key = row[_META_FROM:_META_TO]
-    meta = _META_CACHE.get(key)
-    if meta is None:
-        if len(_META_CACHE) >= 4096:
-            _META_CACHE.clear()
-        meta = _META_CACHE[key] = Metadata.trusted(*key)
-    return meta
-
-
 _TAGS_CACHE: dict[str, tuple[str, ...]] = {"[]": ()}
 
 
@@ -156,29 +144,13 @@ _tuple_new = tuple.__new__
 
 def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any]:
     """Decode one stored row into an ``Envelope`` (raises ``UnknownEventTypeError``)."""
-    tags_at = schema.tags_at
-    # tuple.__new__ skips the named tuple's Python-level __new__ (hot path).
-    fields = (
-        decode_row(schema, row),
-        topic,
-        row[OFFSET_AT],
-        row[TYPE_AT],
-        row[AGGREGATE_AT],
-        row[VERSION_AT],
-        row[MSG_ID_AT],
-        row[PRODUCED_AT_AT],
-        _meta_of(row),
-        row[SCHEMA_VERSION_AT],
-        row[ROW_IDX_AT],
-        () if tags_at is None else tags_of(row[tags_at]),
-        row[TRACE_AT],
-    )
-    return _tuple_new(Envelope, fields)
+    return envelopes_of(schema, topic, (row,))[0]
 
 
 def envelopes_of(schema: TopicSchema, topic: str, rows: Iterable[StoredRow]) -> list[Envelope[Any]]:
-    """``envelope_of`` of each row, in one call (a collector's page): current-version
-    events go straight to their decoder, and metadata comes from the shared cache."""
+    """Decode stored rows into ``Envelope``s, in one call (a collector's page):
+    current-version events go straight to their decoder, and metadata comes from a
+    shared cache. ``tuple.__new__`` skips the named tuple's Python-level ``__new__``."""
     decoders = schema.decoders
     tags_at = schema.tags_at
     metas = _META_CACHE
@@ -188,6 +160,8 @@ def envelopes_of(schema: TopicSchema, topic: str, rows: Iterable[StoredRow]) -> 
     append = out.append
     for row in rows:
         decode = decoders.get((row[TYPE_AT], row[SCHEMA_VERSION_AT]))
+        # Events of one command (and often of one caller) share their metadata: the
+        # immutable object is reused instead of built per event.
         key = row[_META_FROM:_META_TO]
         meta = metas.get(key)
         if meta is None:

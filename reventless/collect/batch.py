@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..codec import OFFSET_AT, TRACE_AT, TYPE_AT
-from ..decode import envelope_of, opened
+from ..decode import envelopes_of, opened
 from ..errors import SpecError
 from ..spec import Envelope, Event
 from ..store.append import StoredRow
@@ -106,7 +106,7 @@ class EventBatch(Generic[E]):
         partition: int,
         arrow: pa.RecordBatch,
         rows: Callable[[], list[StoredRow]],
-        decode: Callable[[StoredRow], Envelope[Any]],
+        decode: Callable[[list[StoredRow]], list[Envelope[Any]]],
         columns: tuple[str, ...] | None = None,
     ) -> None:
         self.topic = topic
@@ -148,8 +148,7 @@ class EventBatch(Generic[E]):
                 "envelopes (they need every column): read batch.arrow, or drop columns="
             )
         if self._envelopes is None:
-            decode = self._decode
-            self._envelopes = [decode(r) for r in self._rows()]
+            self._envelopes = self._decode(self._rows())
         return self._envelopes
 
 
@@ -192,8 +191,8 @@ async def event_batch(
     return EventBatch(topic, partition, arrow, lambda: rows_of(page), decode)
 
 
-def _decoder(schema: TopicSchema, topic: str) -> Callable[[StoredRow], Envelope[Any]]:
-    def decode(row: StoredRow) -> Envelope[Any]:
-        return envelope_of(schema, topic, row)
+def _decoder(schema: TopicSchema, topic: str) -> Callable[[list[StoredRow]], list[Envelope[Any]]]:
+    def decode(rows: list[StoredRow]) -> list[Envelope[Any]]:
+        return envelopes_of(schema, topic, rows)
 
     return decode
