@@ -258,13 +258,12 @@ class _RetryingCollector(Collector):
             out = spec.fn(ev)
             if spec.is_async or isinstance(out, Awaitable):
                 out = await out
+            writes = None if out is None else self.scheduled(ev, as_ops(out))
         except Exception as exc:
             await self._attempt(ev, failed, scheduled, first=exc)
             return
-        if out is not None:
-            writes = self.scheduled(ev, as_ops(out))
-            if writes:
-                scheduled.append((ev.offset, writes))
+        if writes:
+            scheduled.append((ev.offset, writes))
 
     async def _attempt(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -204,6 +205,48 @@ async def test_side_effect_retries_dead_letters_parks_and_redrives_in_order(
         await log.execute("bad", Increment())
         await app.settle()
         assert flaky.done["bad"] == [1, 2, 3, 4]
+
+
+async def test_a_side_effects_first_failure_is_retried_and_a_refusal_dead_letters_at_once(
+    store_url: str,
+) -> None:
+    """The direct first call of an untraced side effect keeps the retry rules: a failure
+    is retried (the handler called again), a business refusal (``Rejected``) is
+    dead-lettered after that one attempt and parks its aggregate, and a schedule that
+    fails to build counts as a failed attempt, with no batch lost."""
+    calls: dict[str, int] = {}
+
+    effect = rv.SideEffectHandler("direct", max_attempts=3, backoff=0.001)
+
+    @effect.on(Incremented)
+    def _h(ev: rv.Envelope[Incremented]) -> Any:
+        assert ev.aggregate_id is not None
+        n = calls[ev.aggregate_id] = calls.get(ev.aggregate_id, 0) + 1
+        if ev.aggregate_id == "flaky" and n == 1:
+            raise RuntimeError("down once")
+        if ev.aggregate_id == "refused":
+            raise rv.Rejected("no", "not this one")
+        if ev.aggregate_id == "bad-schedule":  # a target this App has no log for
+            return rv.Schedule("Nowhere", "x", Increment(), after=dt.timedelta(0))
+        return None
+
+    app = rv.App(store=store_url)
+    log = app.event_log(Counter)
+    handle = app.collect(effect)
+    async with app:
+        for agg in ("ok", "flaky", "refused", "refused", "bad-schedule"):
+            await log.execute(agg, Increment())
+        await app.settle()
+        letters = sorted(await handle.dead_letters(), key=lambda d: d.offset)
+        assert [(d.aggregate_id, d.attempts) for d in letters] == [
+            ("refused", 1),
+            ("refused", 0),
+            ("bad-schedule", 3),
+        ]
+        assert "not this one" in letters[0].error and "parked" in letters[1].error
+        assert "Nowhere" in letters[2].error
+        assert calls == {"ok": 1, "flaky": 2, "refused": 1, "bad-schedule": 3}
+        assert await handle.lag() == {"Counter": 0}
 
 
 async def test_read_model_handler_error_dead_letters_without_losing_the_batch(
