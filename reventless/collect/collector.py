@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from .. import telemetry
 from ..broker import Broker, Message, Subscription, capabilities_of
-from ..codec import OFFSET_AT, PARTITION_AT, TYPE_AT
+from ..codec import OFFSET_AT, PARTITION_AT
 from ..codec.ipc import decode_batch
 from ..deadletter import DeadLetter, RedriveReport
 from ..decode import envelopes_of, opened
@@ -42,7 +42,7 @@ from ..store.port import Store
 from ..store.readmodel import RowTable
 from ..topicdef import TopicDef
 from . import deadletter
-from .batch import OFFSET, Page, after, first_offset, last_offset, rows_of, traces
+from .batch import OFFSET, Page, after, first_offset, last_offset, of_types, rows_of, traces
 from .component import Component, HandlerSpec
 from .groups import LeasedGroup
 from .livebatch import Run
@@ -582,12 +582,12 @@ class Collector:
         """Handle one page of stored rows (offset order) and durably move the partition's
         checkpoint to ``checkpoint``: decodes the rows it has handlers for, then
         ``process``."""
-        rows = rows_of(await self.whole(topic, partition, page))
         handlers = self.dispatch.get(topic, {})
         schema = self.topics[topic].schema
-        wildcard = "*" in handlers
-        if not wildcard:
-            rows = [r for r in rows if r[TYPE_AT] in handlers]
+        whole = await self.whole(topic, partition, page)
+        if "*" not in handlers:  # (of an Arrow page before its rows are made)
+            whole = of_types(whole, handlers.keys())
+        rows = rows_of(whole)
         if schema.personal:
             rows = await opened(self.store, schema, rows)
         envs = envelopes_of(schema, topic, rows)

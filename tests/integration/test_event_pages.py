@@ -111,17 +111,26 @@ async def test_a_per_event_catch_up_reads_arrow_pages_and_gets_the_logs_envelope
     async def _seen(ev: rv.Envelope[Any]) -> None:
         got.append(ev)
 
+    cancels: list[rv.Envelope[Any]] = []
+    only = rv.SideEffectHandler("cancels")  # one type: the others are left in Arrow
+
+    @only.on(Cancelled)
+    def _cancel(ev: rv.Envelope[Any]) -> None:
+        cancels.append(ev)
+
     app = rv.App(
         store=file_url,
         options=rv.AppOptions(collector=rv.CollectorOptions(page_size=200)),
     )
     app.event_log(Parcel)
     app.collect(effect)
+    app.collect(only)
     async with app:
         assert app.store.arrow_rows
         await app.settle()
-    assert -1 not in pages and sum(pages) == len(expected), pages  # all as Arrow
+    assert -1 not in pages and sum(pages) == 2 * len(expected), pages  # all as Arrow
     assert sorted(got, key=lambda e: e.offset) == expected
+    assert cancels == [e for e in expected if e.type == "Cancelled"] and len(cancels) == 9
     by_offset = {e.offset: e for e in got}
     for e in expected:  # the same values, of the same types (not just equal ones)
         mine = by_offset[e.offset]
