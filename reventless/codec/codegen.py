@@ -168,14 +168,9 @@ def _model_decoder(what: str, model: type[BaseModel], n: int, slots: list[_Slot]
         return slow
     # BaseModel's slots set through their own descriptors (half the time of
     # object.__setattr__, which looks each name up first)
-    slot = {n: BaseModel.__dict__[n].__set__ for n in _MODEL_SLOTS}
-    ns = {
-        "_new": object.__new__,
-        "_cls": model,
-        "_slow": slow,
-        "_names": frozenset(model.model_fields),
-    }
-    ns |= {f"_set{i}": slot[n] for i, n in enumerate(_MODEL_SLOTS)}
+    ns = {f"_set{i}": BaseModel.__dict__[n].__set__ for i, n in enumerate(_MODEL_SLOTS)}
+    ns |= {"_new": object.__new__, "_cls": model, "_slow": slow}
+    ns["_names"] = frozenset(model.model_fields)
     fast = {"bool": "(True if {v} else False)", "float": "float({v})"}  # SQLite: bools as 0/1
     attrs = [
         f"{s.attr!r}: "
