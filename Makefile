@@ -77,6 +77,7 @@ else
 	$(BIN)/python -m bench.compression --out BENCHMARKS.md
 	$(BIN)/python -m bench.personal --out BENCHMARKS.md
 	$(BIN)/python -m bench.core --out BENCHMARKS.md
+	$(BIN)/python -m bench.startup --out BENCHMARKS.md
 endif
 
 clean:
