@@ -126,6 +126,9 @@ class Collector:
         #: ``columns=``, with the collector's own); absent: every column.
         self.projected: dict[str, list[str]] = {}
         self.processed = 0
+        #: Per topic, the event types live delivery keeps when fewer than all (set as the
+        #: collector subscribes, its handlers registered: ``wanted_types``).
+        self._live_types: dict[str, frozenset[str]] = {}
         self._lock = asyncio.Lock()
         self._running = asyncio.Event()
         self._running.set()
@@ -163,10 +166,11 @@ class Collector:
         """Subscribe ``on_messages`` to the broker as consumer ``group`` (``partitions``:
         only those topic partitions)."""
         extra: dict[str, Any] = {}
+        self._live_types = self.wanted_types()
         if capabilities_of(self.broker).filters_types:
             # The broker can drop messages of no wanted event type itself (SNS filter
             # policies); what it still delivers is filtered here as always.
-            extra["types"] = self.wanted_types()
+            extra["types"] = self._live_types
         return await self.broker.subscribe(
             group, topics, self.on_messages, partitions=partitions, **extra
         )
@@ -345,6 +349,9 @@ class Collector:
             offsets = data.column("_offset")
             first, last = int(offsets[0].as_py()), int(offsets[-1].as_py())
             partition = int(data.column("_partition")[0].as_py())
+            types = self._live_types.get(msg.topic)
+            if types is not None:  # events of types no handler takes never become rows
+                data = of_types(data, types)
             f = self.filters.get(msg.topic)
             if f is not None:  # before rows are built: filtered-out events cost no Python
                 data = f.table(data)

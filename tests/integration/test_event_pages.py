@@ -153,3 +153,41 @@ async def test_only_a_sqlite_file_reads_arrow_pages_for_per_event_handlers(
     app.event_log(Parcel)
     async with app:
         assert app.store.arrow_rows is (any_url.startswith("sqlite:///"))
+
+
+async def test_live_delivery_turns_only_the_handled_types_into_rows(
+    file_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collector taking one event type of a topic drops the other types from the
+    broker's Arrow batches before they become rows; its checkpoint still passes them."""
+    from reventless.codec.schema import TopicSchema
+
+    converted: list[str] = []
+    to_rows = TopicSchema.from_arrow_rows
+
+    def spy(self: TopicSchema, table: Any, **kw: Any) -> Any:
+        converted.extend(table.column("_type").to_pylist())
+        return to_rows(self, table, **kw)
+
+    cancels: list[rv.Envelope[Any]] = []
+    only = rv.SideEffectHandler("cancels")
+
+    @only.on(Cancelled)
+    def _cancel(ev: rv.Envelope[Any]) -> None:
+        cancels.append(ev)
+
+    app = rv.App(store=file_url)
+    log = app.event_log(Parcel)
+    app.collect(only)
+    async with app:
+        monkeypatch.setattr(TopicSchema, "from_arrow_rows", spy)
+        for k in range(60):
+            await log.execute(f"p-{k % 7}", Cancel() if k % 10 == 0 else Ship(k=k))
+        await app.settle()
+        monkeypatch.undo()
+        expected = [e for e in await log.read(1, 1_000) if e.type == "Cancelled"]
+        head = await app.store.head(log.name)
+        status = dict(app.collector("cancels").checkpoints)
+    assert cancels == expected and len(expected) == 6
+    assert converted and set(converted) == {"Cancelled"}, converted  # delivered live
+    assert max(status.values()) == head == 60
