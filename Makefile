@@ -78,6 +78,7 @@ else
 	$(BIN)/python -m bench.personal --out BENCHMARKS.md
 	$(BIN)/python -m bench.core --out BENCHMARKS.md
 	$(BIN)/python -m bench.startup --out BENCHMARKS.md
+	$(BIN)/python -m bench.live_types --out BENCHMARKS.md
 endif
 
 clean:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -118,6 +119,45 @@ async def _rv_seq(where: Where, n: int) -> float:
         dt = perf() - t0
         check((await log.load("seq-0")).value == n + 1, "reventless seq value")
     return n / dt
+
+
+def _rv_sql_replay(where: Where, n: int) -> float:
+    """reventless's own statements of ``n`` sequential commands replayed through
+    ``sqlite3`` with no framework around them: the rows its log builds (drawn before the
+    clock starts), each in ``BEGIN IMMEDIATE``, the store's INSERT (a NULL offset: the
+    rowid), ``COMMIT``, as the store's hot path issues them. The floor the framework
+    adds its Python to, beside raw's four-column rows."""
+    assert isinstance(where, Path)
+
+    async def prepare() -> tuple[str, list[tuple[Any, ...]]]:
+        app = _app(where)
+        log = app.event_log(Counter)
+        async with app:
+            await log.execute("seq-0", Increment(by=1))
+            sql: str = app.store._entry(log.name).info.insert_sql  # type: ignore[attr-defined]
+            made = [
+                log._rows("seq-0", v, [Incremented(by=1)], rv.Metadata(), None, None)
+                for v in range(1, n + 1)
+            ]
+        return sql, [(None, *r[0]) for r in made]
+
+    sql, rows = asyncio.run(prepare())
+    con = sqlite3.connect(where / "rv.db", isolation_level=None)
+    con.execute("PRAGMA synchronous=FULL")
+    cur = con.cursor()
+    t0 = perf()
+    for row in rows:
+        cur.execute("BEGIN IMMEDIATE")
+        cur.execute(sql, row)
+        cur.execute("COMMIT")
+    dt = perf() - t0
+    check(cur.execute(f"SELECT COUNT(*) FROM {_TABLE}").fetchone()[0] == n + 1, "replay count")
+    con.close()
+    return n / dt
+
+
+#: The table of ``Counter``'s log in a SQLite store.
+_TABLE = "ev_counter"
 
 
 # -- 2. one command, ten events ----------------------------------------------------------------
@@ -432,10 +472,10 @@ async def streams(
     await asyncio.gather(*(worker(i) for i in range(workers)))
 
 
-async def _rv_cpu(where: Path, workers: int, per: int) -> float:
+async def _rv_cpu(where: Path, workers: int, per: int, synchronous: str = "OFF") -> float:
     """CPU per command of ``workers`` concurrent streams of ``per`` commands (the App
     started and warm: its start-up is not counted)."""
-    app = _app(where, "OFF")
+    app = _app(where, synchronous)
     log = app.event_log(Counter)
     c0 = 0.0
 
@@ -448,8 +488,8 @@ async def _rv_cpu(where: Path, workers: int, per: int) -> float:
         return _per_op(c0, workers * per)
 
 
-def _raw_cpu(where: Path, n_tx: int, per: int) -> float:
-    con = _raw(where, "OFF")
+def _raw_cpu(where: Path, n_tx: int, per: int, synchronous: str = "OFF") -> float:
+    con = _raw(where, synchronous)
     c0 = time.process_time()
     for t in range(n_tx):
         _tx(con, where, [(f"r-{i}", t, "Incremented", RAW_DATA) for i in range(per)])
@@ -460,13 +500,17 @@ def _raw_cpu(where: Path, n_tx: int, per: int) -> float:
 
 def _cpu_rows(where: Path, n: int) -> dict[str, float]:
     per = max(1, n // 64)
-    for sub in ("a", "b", "c", "d"):
+    for sub in ("a", "b", "c", "d", "e", "f"):
         (where / sub).mkdir()
     return {
         "reventless, sequential": asyncio.run(_rv_cpu(where / "a", 1, n)),
         "reventless, 64 in flight": asyncio.run(_rv_cpu(where / "b", 64, per)),
         "raw, 1-row transactions": _raw_cpu(where / "c", n, 1),
         "raw, 64-row transactions": _raw_cpu(where / "d", per, 64),
+        "reventless, sequential, `synchronous=FULL`": asyncio.run(
+            _rv_cpu(where / "e", 1, n, "FULL")
+        ),
+        "raw, 1-row transactions, `synchronous=FULL`": _raw_cpu(where / "f", n, 1, "FULL"),
     }
 
 
@@ -508,6 +552,22 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             ">= 1.5x es, >= 85% raw",
             1.5,
             0.85,
+        ),
+        *(
+            []
+            if pg
+            else [
+                Row(
+                    "seq1_sql",
+                    "the same commands' own SQL replayed by hand (sqlite3, no framework)",
+                    "cmd/s",
+                    {
+                        "reventless": lambda p: _rv_sql_replay(p, seq),
+                        "raw": lambda p: _raw_per_tx(p, seq, 1),
+                    },
+                    "(reference: the floor under `seq1`)",
+                )
+            ]
         ),
         Row(
             "exec10",
@@ -752,9 +812,10 @@ def main() -> None:
         parts += [table(store, plan, got[store]), ""]
     if cpu:
         parts += [
-            "CPU time per command (SQLite, `synchronous=OFF`, `time.process_time` of the "
-            "whole process, its writer thread included, around the timed commands only: "
-            "the App is started and warm):",
+            "CPU time per command (SQLite, `synchronous=OFF` unless the row says `FULL`, "
+            "`time.process_time` of the whole process, its writer thread included, around "
+            "the timed commands only: the App is started and warm; at `FULL` it includes "
+            "the kernel's time in each commit's fsync):",
             "",
             "| path | us CPU per command (median) |",
             "|---|--:|",

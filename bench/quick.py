@@ -34,6 +34,8 @@ PLAN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("bench.compression", ("--quick",)),
     ("bench.personal", ("--quick",)),
     ("bench.core", ("--quick", "--rounds", "1")),
+    ("bench.startup", ("--events", "20000", "--rounds", "1")),
+    ("bench.live_types", ("--events", "20000", "--rounds", "1")),
 )
 
 
