@@ -129,19 +129,20 @@ def _rv_sql_replay(where: Where, n: int) -> float:
     adds its Python to, beside raw's four-column rows."""
     assert isinstance(where, Path)
 
-    async def prepare() -> tuple[str, list[tuple[Any, ...]]]:
+    async def prepare() -> tuple[str, str, list[tuple[Any, ...]]]:
         app = _app(where)
         log = app.event_log(Counter)
         async with app:
             await log.execute("seq-0", Increment(by=1))
-            sql: str = app.store._entry(log.name).info.insert_sql  # type: ignore[attr-defined]
+            store: Any = app.store
+            sql: str = store._entry(log.name).info.insert_sql
             made = [
                 log._rows("seq-0", v, [Incremented(by=1)], rv.Metadata(), None, None)
                 for v in range(1, n + 1)
             ]
-        return sql, [(None, *r[0]) for r in made]
+            return sql, store.table_of(log.name), [(None, *r[0]) for r in made]
 
-    sql, rows = asyncio.run(prepare())
+    sql, table, rows = asyncio.run(prepare())
     con = sqlite3.connect(where / "rv.db", isolation_level=None)
     con.execute("PRAGMA synchronous=FULL")
     cur = con.cursor()
@@ -151,13 +152,9 @@ def _rv_sql_replay(where: Where, n: int) -> float:
         cur.execute(sql, row)
         cur.execute("COMMIT")
     dt = perf() - t0
-    check(cur.execute(f"SELECT COUNT(*) FROM {_TABLE}").fetchone()[0] == n + 1, "replay count")
+    check(cur.execute(f'SELECT COUNT(*) FROM "{table}"').fetchone()[0] == n + 1, "replay count")
     con.close()
     return n / dt
-
-
-#: The table of ``Counter``'s log in a SQLite store.
-_TABLE = "ev_counter"
 
 
 # -- 2. one command, ten events ----------------------------------------------------------------
