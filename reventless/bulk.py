@@ -75,6 +75,30 @@ class ExecuteResult:
     duplicate: bool = False
 
 
+_new = object.__new__
+_SET_RESULT = tuple(
+    ExecuteResult.__dict__[f].__set__
+    for f in ("aggregate_id", "version", "events", "first_offset", "last_offset", "duplicate")
+)
+
+
+def executed(
+    aggregate_id: str, version: int, events: tuple[Event, ...], first: int, last: int
+) -> ExecuteResult:
+    """``ExecuteResult(aggregate_id, version, events, first, last)`` for the per-command
+    hot paths: the slots set through their own descriptors, in half the time of the frozen
+    dataclass's ``__init__`` (``object.__setattr__`` per field, each name looked up)."""
+    out = _new(ExecuteResult)
+    a, v, e, f, la, d = _SET_RESULT
+    a(out, aggregate_id)
+    v(out, version)
+    e(out, events)
+    f(out, first)
+    la(out, last)
+    d(out, False)
+    return out
+
+
 class BulkExecute:
     """EventLog's bulk path (a mixin): ``_bulk`` runs a window of ``execute_many``."""
 
@@ -251,7 +275,7 @@ class BulkExecute:
                 first = out.first_offset
                 for i, base, events in runs:
                     last = first + len(events) - 1
-                    outcomes[i] = ExecuteResult(
+                    outcomes[i] = executed(
                         aggregate_id, base + len(events), tuple(events), first, last
                     )
                     first = last + 1

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from . import telemetry
-from .bulk import BulkExecute
+from .bulk import BulkExecute, executed
 from .bulk import ExecuteResult as ExecuteResult  # re-exported: defined beside the bulk path
 from .bulk import LogOptions as LogOptions
 from .codec import AGGREGATE_AT, CORRELATION_AT, MSG_ID_AT, TENANT_AT, add_tags
@@ -537,7 +537,7 @@ class EventLog(Topic, BulkExecute, Generic[A]):
                     agg.apply(e)
             if not cached:
                 self._cache.pop(aggregate_id, None)
-            return ExecuteResult(
+            return executed(
                 aggregate_id, agg.version, tuple(events), res.first_offset, res.last_offset
             )
         raise AssertionError("unreachable")  # pragma: no cover

@@ -185,6 +185,7 @@ class Relay:
     def on_commit(self, results: list[AppendResult]) -> None:
         """Called by the store after each group commit with what landed (in offset order)."""
         wake = False
+        unheard: dict[str, bool] = {}  # per topic, asked once per call (a group's results)
         for res in results:
             name = res.topic
             if name not in self.topics or not res.rows:
@@ -192,7 +193,11 @@ class Relay:
             if (
                 not self._publishing
                 and self.published[name] == self._known[name] == res.first_offset - 1
-                and self._unheard(name)
+                and (
+                    unheard[name]
+                    if name in unheard
+                    else unheard.setdefault(name, self._unheard(name))
+                )
             ):
                 # nothing pending and no one to hear it: passed over here, with no turn
                 # of the relay's task (the sequential hot path)
