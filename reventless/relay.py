@@ -193,11 +193,7 @@ class Relay:
             if (
                 not self._publishing
                 and self.published[name] == self._known[name] == res.first_offset - 1
-                and (
-                    unheard[name]
-                    if name in unheard
-                    else unheard.setdefault(name, self._unheard(name))
-                )
+                and self._unheard_once(name, unheard)
             ):
                 # nothing pending and no one to hear it: passed over here, with no turn
                 # of the relay's task (the sequential hot path)
@@ -332,6 +328,14 @@ class Relay:
         says so); a consumer that subscribes later catches up from the store."""
         aware = self._aware
         return aware is not None and not aware.has_subscribers(name)
+
+    def _unheard_once(self, name: str, asked: dict[str, bool]) -> bool:
+        """``_unheard(name)``, asked of the broker once per ``asked`` (one group commit's
+        results, among which no one can subscribe)."""
+        quiet = asked.get(name)
+        if quiet is None:
+            quiet = asked[name] = self._unheard(name)
+        return quiet
 
     def _pass_over(self, name: str, rows: Sequence[StoredRow]) -> None:
         """Unheard rows: their partitions' chain moves on, nothing is encoded."""
