@@ -31,7 +31,7 @@ from ..broker import Broker, Message, Subscription, capabilities_of
 from ..codec import OFFSET_AT, PARTITION_AT
 from ..codec.ipc import decode_batch
 from ..deadletter import DeadLetter, RedriveReport
-from ..decode import envelopes_of, opened
+from ..decode import envelopes_of, envelopes_of_arrow, opened
 from ..errors import CheckpointMovedError, LeaseLostError
 from ..eventlog import EventLog
 from ..scheduling import ScheduleWrite
@@ -594,10 +594,13 @@ class Collector:
         whole = await self.whole(topic, partition, page)
         if "*" not in handlers:  # (of an Arrow page before its rows are made)
             whole = of_types(whole, handlers.keys())
-        rows = rows_of(whole)
-        if schema.personal:
-            rows = await opened(self.store, schema, rows)
-        envs = envelopes_of(schema, topic, rows)
+        if isinstance(whole, pa.Table) and not schema.personal:
+            envs = envelopes_of_arrow(schema, topic, whole)
+        else:
+            rows = rows_of(whole)
+            if schema.personal:
+                rows = await opened(self.store, schema, rows)
+            envs = envelopes_of(schema, topic, rows)
         await self.process(topic, partition, envs, checkpoint)
 
     async def whole(self, topic: str, partition: int, page: Page | pa.RecordBatch) -> Page:
