@@ -125,9 +125,12 @@ def upcast(schema: TopicSchema, event_type: str, version: int, values: Sequence[
 
 
 class _Metas(dict[tuple[Any, ...], Metadata]):
-    """Shared ``Metadata`` by its stored values: looking up a known key stays in C."""
+    """Shared ``Metadata`` by its stored values: looking up a known key stays in C; an
+    unknown one is built here, the cache emptied first once it holds 4096."""
 
     def __missing__(self, key: tuple[Any, ...]) -> Metadata:
+        if len(self) >= 4096:
+            self.clear()
         meta = self[key] = Metadata.trusted(*key)
         return meta
 
@@ -169,7 +172,6 @@ def envelopes_of(schema: TopicSchema, topic: str, rows: Iterable[StoredRow]) -> 
     decoders = schema.decoders
     tags_at = schema.tags_at
     metas = _META_CACHE
-    trusted = Metadata.trusted
     new = _tuple_new
     out: list[Envelope[Any]] = []
     append = out.append
@@ -177,12 +179,7 @@ def envelopes_of(schema: TopicSchema, topic: str, rows: Iterable[StoredRow]) -> 
         decode = decoders.get((row[TYPE_AT], row[SCHEMA_VERSION_AT]))
         # Events of one command (and often of one caller) share their metadata: the
         # immutable object is reused instead of built per event.
-        key = row[_META_FROM:_META_TO]
-        meta = metas.get(key)
-        if meta is None:
-            if len(metas) >= 4096:
-                metas.clear()
-            meta = metas[key] = trusted(*key)
+        meta = metas[row[_META_FROM:_META_TO]]
         append(
             new(
                 Envelope,
@@ -235,11 +232,8 @@ def envelopes_of_arrow(schema: TopicSchema, topic: str, page: pa.Table) -> list[
             decode_values(schema, t, v, vals) if (d := decoders.get((t, v))) is None else d(vals)
             for t, v, vals in zip(types, versions, values, strict=True)
         ]
-    metas = _META_CACHE
-    if len(metas) >= 4096:
-        metas.clear()
     keys = zip(*(c.to_pylist() for c in cols[_META_FROM:_META_TO]), strict=True)
-    meta = map(metas.__getitem__, keys)  # a known key: no Python call
+    meta = map(_META_CACHE.__getitem__, keys)  # a known key: no Python call
     tags_at = schema.tags_at
     tags = repeat((), n) if tags_at is None else map(tags_of, col(tags_at))
     return list(
