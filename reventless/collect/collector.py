@@ -619,8 +619,12 @@ class Collector:
 
     def handler_for(self, ev: Envelope[Any]) -> HandlerSpec:
         """The handler registered for ``ev``'s topic and type."""
-        handlers = self.dispatch[ev.topic]
-        spec = handlers.get(ev.type) or handlers.get("*")
+        return self.handler_of(ev.topic, ev.type)
+
+    def handler_of(self, topic: str, event_type: str) -> HandlerSpec:
+        """The handler registered for events of ``event_type`` on ``topic``."""
+        handlers = self.dispatch[topic]
+        spec = handlers.get(event_type) or handlers.get("*")
         assert spec is not None
         return spec
 

@@ -218,8 +218,8 @@ class _RetryingCollector(Collector):
         # handler, inline here (no span, no retry frame, no coroutine of ours per event); a
         # failure goes on to ``_attempt``'s retries as its first attempt.
         direct = self.direct and not telemetry.tracing()
-        handlers = self.dispatch.get(topic, {})
-        spec_of = {t: handlers.get(t) or handlers.get("*") for t in {ev.type for ev in envs}}
+        types = {ev.type for ev in envs} if direct else set()
+        spec_of = {t: self.handler_of(topic, t) for t in types}  # once per type and page
         attempt, scheduled_of = self._attempt, self.scheduled
 
         async def run(part: list[Envelope[Any]]) -> None:
@@ -234,7 +234,6 @@ class _RetryingCollector(Collector):
                         await attempt(ev, failed, scheduled)
                         continue
                     spec = spec_of[ev.type]
-                    assert spec is not None
                     try:
                         out = spec.fn(ev)
                         if spec.is_async or isinstance(out, Awaitable):
