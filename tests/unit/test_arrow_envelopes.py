@@ -134,5 +134,5 @@ def test_arrow_pages_give_the_envelopes_of_their_rows(tmp_path: Path) -> None:
     assert envelopes_of_arrow(schema, "Box", table) == envelopes_of(schema, "Box", counted)
     assert envelopes_of_arrow(schema, "Box", table.slice(0, 0)) == []
     # upcast: the version-1 rows come back as the current class
-    v1 = [e for e in envelopes_of_arrow(schema, "Box", _table(rows[:3], names))]
+    v1 = envelopes_of_arrow(schema, "Box", _table(rows[:3], names))
     assert [e.event for e in v1] == [Renamed(first="Ada", last=str(i)) for i in range(3)]
