@@ -19,7 +19,7 @@ commands on their aggregates, so each aggregate's commands keep their order.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,10 +29,12 @@ from .errors import ConcurrencyError
 from .ids import now_us, uuid7_strs
 from .spec import Aggregate, Command, Event, Metadata
 from .store.append import AppendRequest, AppendResult
+from .topicdef import RowContext, command_rows, partition_of, row_context
 
 if TYPE_CHECKING:
     from .codec.schema import TopicSchema
     from .store.port import Store
+    from .topicdef import TopicDef
     from .turns import Turns
 
 Item = tuple[str, Command] | tuple[str, Command, str | None]
@@ -107,6 +109,9 @@ class BulkExecute:
         _turns: Turns
         _cache: OrderedDict[str, Any]
         _state_fingerprint: str
+        _encoders: dict[str, Callable[[Any], tuple[Any, ...]]]
+        service: str | None
+        definition: TopicDef
 
         @property
         def store(self) -> Store: ...
@@ -255,8 +260,9 @@ class BulkExecute:
             # the earlier ones left).
             ids = iter(uuid7_strs(sum(len(e) for runs in planned.values() for _, _, e in runs)))
             produced = now_us()
+            context = row_context(meta, self.service, tenant)
             requests = [
-                self._bulk_request(a, states[a], runs, meta, tenant, ids, produced)
+                self._bulk_request(a, states[a], runs, context, ids, produced)
                 for a, runs in planned.items()
             ]
             landed: list[AppendResult | Exception] = []
@@ -299,8 +305,7 @@ class BulkExecute:
         aggregate_id: str,
         agg: Aggregate,
         runs: list[tuple[int, int, list[Event]]],
-        meta: Metadata,
-        tenant: str | None,
+        context: RowContext,
         ids: Iterator[str],
         produced_us: int,
     ) -> AppendRequest:
@@ -311,8 +316,12 @@ class BulkExecute:
         snapshot = None
         if self._snapshot_due(base, agg.version):
             snapshot = (agg.version, self._state_fingerprint, agg.model_dump_json())
-        rows: list[tuple[Any, ...]] = []
-        for _, version, events in runs:
-            mine = [next(ids)] if len(events) == 1 else [next(ids) for _ in events]
-            rows += self._rows(aggregate_id, version, events, meta, tenant, None, mine, produced_us)
+        partition = partition_of(aggregate_id, self.definition.partitions)
+        rows = command_rows(
+            produced_us,
+            ids,
+            context,
+            [(aggregate_id, version, partition, events) for _, version, events in runs],
+            self._encoders,
+        )
         return AppendRequest(self.name, rows, aggregate_id, base, None, snapshot=snapshot)

@@ -44,7 +44,7 @@ from .spec import Aggregate, Command, Directive, Event, Metadata
 from .store.append import AppendRequest, AppendResult, CommandRecord, StoredRow
 from .tags import check_tag
 from .topic import Topic
-from .topicdef import TopicDef, event_rows, partition_of, row_context
+from .topicdef import TopicDef, command_rows, partition_of, row_context
 from .turns import Turns
 
 A = TypeVar("A", bound=Aggregate)
@@ -241,17 +241,18 @@ class EventLog(Topic, BulkExecute, Generic[A]):
         produced_us: int | None = None,
     ) -> list[tuple[Any, ...]]:
         """One command's rows (``ids``/``produced_us``: drawn for many commands at once)."""
-        if ids is None:
-            ids = uuid7_strs(len(events))
-        context = row_context(meta, self.service, tenant, command_id=command_id, first_id=ids[0])
-        return event_rows(
+        return command_rows(
             now_us() if produced_us is None else produced_us,
-            ids,
-            context,
-            aggregate_id,
-            version,
-            partition_of(aggregate_id, self.definition.partitions),
-            events,
+            iter(uuid7_strs(len(events)) if ids is None else ids),
+            row_context(meta, self.service, tenant, command_id=command_id),
+            (
+                (
+                    aggregate_id,
+                    version,
+                    partition_of(aggregate_id, self.definition.partitions),
+                    events,
+                ),
+            ),
             self._encoders,
         )
 

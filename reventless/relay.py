@@ -186,7 +186,10 @@ class Relay:
         """Called by the store after each group commit with what landed (in offset order)."""
         wake = False
         unheard: dict[str, bool] = {}  # per topic, asked once per call (a group's results)
-        for res in results:
+        i, n = 0, len(results)
+        while i < n:
+            res = results[i]
+            i += 1
             name = res.topic
             if name not in self.topics or not res.rows:
                 continue
@@ -196,9 +199,16 @@ class Relay:
                 and self._unheard_once(name, unheard)
             ):
                 # nothing pending and no one to hear it: passed over here, with no turn
-                # of the relay's task (the sequential hot path)
-                self._pass_over(name, res.rows)
-                self._known[name] = self.published[name] = res.last_offset
+                # of the relay's task (the sequential hot path), with the results of the
+                # same topic right after it (a bulk append's, one per aggregate)
+                run = [res]
+                while i < n and results[i].topic == name and results[i].rows:
+                    if results[i].first_offset != run[-1].last_offset + 1:
+                        break
+                    run.append(results[i])
+                    i += 1
+                self._pass_over_results(name, run)
+                self._known[name] = self.published[name] = run[-1].last_offset
                 continue
             buf = self._buffer[name]
             if len(buf) < _MAX_BUFFER:  # beyond that (broker down), re-read the store
@@ -343,6 +353,16 @@ class Relay:
         for r in rows:
             last[r[PARTITION_AT]] = r[OFFSET_AT]
         self.unheard += len(rows)
+
+    def _pass_over_results(self, name: str, run: Sequence[AppendResult]) -> None:
+        """``_pass_over`` of consecutive results' rows (a topic of one partition: its
+        chain moves to the last offset, with no look at each row)."""
+        if self.topics[name].partitions == 1:
+            self._last[name][0] = run[-1].last_offset
+            self.unheard += run[-1].last_offset - run[0].first_offset + 1
+            return
+        for res in run:
+            self._pass_over(name, res.rows)
 
     async def _persist(self) -> None:
         changed = {t: o for t, o in self.published.items() if self._persisted.get(t) != o}

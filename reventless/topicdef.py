@@ -4,7 +4,7 @@ every stored row starts with."""
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -91,41 +91,75 @@ def row_context(
     )
 
 
-def event_rows(
+#: One command's events for ``command_rows``: aggregate id, the version they were decided
+#: on, partition, events.
+CommandEvents = tuple[str, int, int, Sequence[Any]]
+
+
+def command_rows(
     produced_us: int,
-    ids: Sequence[str],
+    ids: Iterator[str],
     context: RowContext,
-    aggregate_id: str,
-    version: int,
-    partition: int,
-    events: Sequence[Any],
+    commands: Iterable[CommandEvents],
     encoders: Mapping[str, Callable[[Any], tuple[Any, ...]]],
 ) -> list[tuple[Any, ...]]:
-    """``stored_rows`` of one aggregate's events (versions from ``version + 1``), built in
-    one pass: the per-command hot path."""
+    """``stored_rows`` of commands' events (each command's versions from its ``version
+    + 1``, ``_row_idx`` from 0), message ids drawn from ``ids``: the per-command hot path,
+    and ``execute_many``'s for a whole window. A command's rows are correlated by the
+    context's correlation id or, without one, by the command's first message id."""
     correlation, causation, user, service, ip, tenant, trace = context
-    return [
-        (
-            i,
-            produced_us,
-            aggregate_id,
-            version + i + 1,
-            t.event_type,
-            t.schema_version,
-            ids[i],
-            correlation,
-            causation,
-            user,
-            service,
-            ip,
-            tenant,
-            partition,
-            trace,
-            *encoders[t.event_type](e),
-        )
-        for i, e in enumerate(events)
-        for t in (type(e),)
-    ]
+    out: list[tuple[Any, ...]] = []
+    for aggregate_id, version, partition, events in commands:
+        if len(events) == 1:  # one event: no comprehension
+            e = events[0]
+            t = type(e)
+            i = next(ids)
+            out.append(
+                (
+                    0,
+                    produced_us,
+                    aggregate_id,
+                    version + 1,
+                    t.event_type,
+                    t.schema_version,
+                    i,
+                    correlation or i,
+                    causation,
+                    user,
+                    service,
+                    ip,
+                    tenant,
+                    partition,
+                    trace,
+                    *encoders[t.event_type](e),
+                )
+            )
+            continue
+        mine = [next(ids) for _ in events]
+        first = correlation or mine[0]
+        out += [
+            (
+                k,
+                produced_us,
+                aggregate_id,
+                version + k + 1,
+                t.event_type,
+                t.schema_version,
+                mine[k],
+                first,
+                causation,
+                user,
+                service,
+                ip,
+                tenant,
+                partition,
+                trace,
+                *encoders[t.event_type](e),
+            )
+            for k, e in enumerate(events)
+            for t in (type(e),)
+        ]
+    return out
 
 
 def stored_rows(

@@ -97,7 +97,7 @@ class SqlEventStore:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._topics: dict[str, _TopicTable] = {}
-        self._pending: list[tuple[AppendRequest, asyncio.Future[AppendResult]]] = []
+        self._pending: list[tuple[AppendRequest, asyncio.Future[AppendResult] | _Batch]] = []
         self._drainer: asyncio.Task[None] | None = None
         #: Appends committed inline since the loop last took a turn (see ``append``).
         self._inline_run = 0
@@ -387,23 +387,28 @@ class SqlEventStore:
         to ``_MAX_GROUP`` requests or ``_MAX_GROUP_ROWS`` rows); each one's outcome in its
         slot. Conditional and DCB requests are their own transactions, as in ``append``."""
         loop = asyncio.get_running_loop()
-        futs: list[asyncio.Future[AppendResult]] = []
-        for req in requests:
+        outcomes: list[AppendResult | Exception | None] = [None] * len(requests)
+        alone: dict[int, asyncio.Task[AppendResult]] = {}
+        queued: list[int] = []
+        for i, req in enumerate(requests):
             if guarded(req, self._entry(req.topic).info):
-                futs.append(loop.create_task(self.append(req)))
-                continue
-            fut: asyncio.Future[AppendResult] = loop.create_future()
-            self._pending.append((req, fut))
-            futs.append(fut)
-        if self._pending and self._drainer is None:
-            self._drainer = loop.create_task(self._drain())
-        outcomes: list[AppendResult | Exception] = []
-        for fut in futs:
+                alone[i] = loop.create_task(self.append(req))
+            else:
+                queued.append(i)
+        if queued:
+            # one future for the queued requests, not one each (see _Batch)
+            batch = _Batch(len(queued), loop.create_future())
+            self._pending += [(requests[i], batch) for i in queued]
+            if self._drainer is None:
+                self._drainer = loop.create_task(self._drain())
+            for i, out in zip(queued, await batch.done, strict=True):
+                outcomes[i] = out
+        for i, task in alone.items():
             try:
-                outcomes.append(await fut)
+                outcomes[i] = await task
             except Exception as exc:
-                outcomes.append(exc)
-        return outcomes
+                outcomes[i] = exc
+        return [o for o in outcomes if o is not None]
 
     async def _drain(self) -> None:
         try:
@@ -426,19 +431,23 @@ class SqlEventStore:
                     else:
                         outcomes = await self.db.write_raw(work)
                 except BaseException as exc:
-                    for _, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(exc)
+                    for _, sink in batch:
+                        if isinstance(sink, _Batch):
+                            sink.fail(exc)
+                        elif not sink.done():
+                            sink.set_exception(exc)
                     if not isinstance(exc, Exception):
                         raise
                     continue
-                for (_, fut), out in zip(batch, outcomes, strict=True):
-                    if fut.done():  # its caller was cancelled: the append landed all the same
+                for (_, sink), out in zip(batch, outcomes, strict=True):
+                    if isinstance(sink, _Batch):
+                        sink.put(out)
+                    elif sink.done():  # its caller was cancelled: the append landed all the same
                         continue
-                    if isinstance(out, AppendResult):
-                        fut.set_result(out)
+                    elif isinstance(out, AppendResult):
+                        sink.set_result(out)
                     else:
-                        fut.set_exception(out)
+                        sink.set_exception(out)
                 self._settle(reqs, outcomes)
         finally:
             self._drainer = None
@@ -847,6 +856,31 @@ def heads_sync(db: Database, conn: Connection) -> dict[str, int]:
         str(n): int(h or 0)
         for n, h in conn.exec_driver_sql(sql, tuple(str(n) for n, _, _ in topics)).all()
     }
+
+
+class _Batch:
+    """The outcomes of one ``append_many``'s queued requests, under one future (not one
+    per request). Groups take requests from the queue in order, so the outcomes arrive
+    in the order the requests were queued: each is appended, and the future is done with
+    the last one (or with an error that is not an ``Exception``, which it raises)."""
+
+    __slots__ = ("done", "outcomes", "size")
+
+    def __init__(self, size: int, done: asyncio.Future[list[AppendResult | Exception]]) -> None:
+        self.size = size
+        self.done = done
+        self.outcomes: list[AppendResult | Exception] = []
+
+    def put(self, out: AppendResult | Exception) -> None:
+        self.outcomes.append(out)
+        if len(self.outcomes) == self.size and not self.done.done():
+            self.done.set_result(self.outcomes)
+
+    def fail(self, exc: BaseException) -> None:
+        if isinstance(exc, Exception):
+            self.put(exc)
+        elif not self.done.done():  # (its caller was cancelled: nothing to tell)
+            self.done.set_exception(exc)
 
 
 def _alone(loop: asyncio.AbstractEventLoop, own: int) -> bool:

@@ -7,6 +7,7 @@ process whose writes make the first one's states stale.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Annotated, Any
@@ -183,6 +184,33 @@ async def test_append_many_lands_each_item_or_fails_it_alone(shared_url: str) ->
         with pytest.raises(rv.StoreError):  # not an event of the log: nothing written
             await log.append_many([("x", [rv.Event()], 0)])
         assert len(await stored(app)) == 603
+
+
+async def test_a_cancelled_append_many_still_lands_and_the_store_goes_on(
+    shared_url: str,
+) -> None:
+    # The caller of a bulk append is cancelled while its requests sit in the group-commit
+    # queue (more than one group's worth): the queued appends land all the same, as a
+    # cancelled ``append``'s does, and the queue keeps serving later appends.
+    app = rv.App(store=shared_url)
+    log = app.event_log(Account)
+    async with app:
+        items: list[tuple[str, list[rv.Event], int]] = [
+            (f"c-{i}", [Deposited(amount=1)], 0) for i in range(4500)
+        ]
+        task = asyncio.create_task(log.append_many(items))
+        while not task.done() and not require_sql(app.store, "the test")._pending:
+            await asyncio.sleep(0)  # until the requests are queued
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        res = await asyncio.wait_for(
+            log.append("after", [Deposited(amount=5)], expected_version=0), 30
+        )
+        landed = await stored(app)
+        assert [o for _, _, o, _ in landed] == list(range(1, 4502))  # gapless, all of them
+        assert {a for a, *_ in landed} == {f"c-{i}" for i in range(4500)} | {"after"}
+        assert res.first_offset == 4501
 
 
 class Inner(BaseModel):

@@ -9,9 +9,12 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
 import reventless as rv
+from reventless.codec import OFFSET_AT, PARTITION_AT
+from reventless.topicdef import partition_of
 from tests.model import Counter, Increment
 
 
@@ -117,3 +120,40 @@ async def test_rows_passed_over_at_commit_keep_the_chain_for_a_later_subscriber(
         await sub.close()
     assert [(m.headers["rv-first"], m.headers["rv-prev"]) for m in got] == [("8", "7")]
     assert relay.unheard == 7 and relay.published[log.name] == 8
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+async def test_a_bulk_commit_passed_over_keeps_each_partitions_chain(
+    tmp_path: Path, partitions: int
+) -> None:
+    # ``execute_many`` commits one result per aggregate in one group; passed over
+    # together, they move each partition's ``rv-prev`` chain to its own last row.
+    broker = rv.InMemoryBroker()
+    app = rv.App(store=f"sqlite:///{tmp_path / 's.db'}", broker=broker)
+    log = app.event_log(Counter, partitions=partitions)
+    got: list[rv.Message] = []
+    heard = asyncio.Event()
+
+    async def handler(msgs: Sequence[rv.Message]) -> None:
+        got.extend(msgs)
+        heard.set()
+
+    async with app:
+        done = await log.execute_many((f"c{i}", Increment(by=1)) for i in range(30))
+        assert len(done) == 30
+        relay = app.relay
+        assert relay is not None
+        assert relay.unheard == 30 and relay.published[log.name] == 30
+        assert broker.published == 0
+        stored = await app.store.read(log.name, 1, 1000)  # read back: what landed
+        assert len(stored) == 30
+        last: dict[int, int] = {}
+        for r in stored:
+            last[r[PARTITION_AT]] = r[OFFSET_AT]
+        sub = await broker.subscribe("late", [log.name], handler)
+        await log.execute("c7", Increment(by=1))
+        await asyncio.wait_for(heard.wait(), 10)
+        await sub.close()
+    part = partition_of("c7", partitions)
+    assert [(m.headers["rv-first"], m.headers["rv-prev"]) for m in got] == [("31", str(last[part]))]
+    assert len(last) == partitions

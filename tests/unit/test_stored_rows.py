@@ -78,10 +78,14 @@ def test_require_sql_names_what_needs_it() -> None:
         require_sql(Other(), "Spark")  # type: ignore[arg-type]
 
 
-def test_event_rows_are_stored_rows_built_in_one_pass() -> None:
-    """``event_rows`` (the per-command hot path) lays the columns out as ``stored_rows``."""
+@pytest.mark.parametrize("correlation", ["corr", None])
+def test_command_rows_are_each_commands_stored_rows(correlation: str | None) -> None:
+    """``command_rows`` (the per-command and ``execute_many`` hot path) lays the columns
+    out as ``stored_rows`` would for each command on its own: ``_row_idx`` and versions
+    from each command's start, its ids in order, and its rows correlated by the context's
+    correlation id or else by the command's first id."""
     import reventless as rv
-    from reventless.topicdef import event_rows
+    from reventless.topicdef import command_rows
 
     class Moved(rv.Event):
         x: int
@@ -90,24 +94,40 @@ def test_event_rows_are_stored_rows_built_in_one_pass() -> None:
     class Parked(rv.Event):
         pass
 
-    events: list[rv.Event] = [Moved(x=1), Parked(), Moved(x=3, note="n")]
     encoders = {
         "Moved": lambda e: (e.x, e.note),
         "Parked": lambda e: (None, None),
     }
-    ids = ["id-1", "id-2", "id-3"]
-    context = ("corr", "cause", "ada", "svc", "10.0.0.1", "acme", "00-trace")
-    fast = event_rows(99, ids, context, "agg-1", 4, 2, events, encoders)
-    entries = [
-        (
-            "agg-1",
-            5 + i,
-            type(e).event_type,
-            type(e).schema_version,
-            2,
-            encoders[type(e).event_type](e),
-        )
-        for i, e in enumerate(events)
+    commands: list[tuple[str, int, int, list[rv.Event]]] = [
+        ("agg-1", 4, 2, [Moved(x=1), Parked(), Moved(x=3, note="n")]),
+        ("agg-2", 0, 1, [Parked()]),
+        ("agg-1", 7, 2, [Moved(x=8)]),
+        ("agg-3", 9, 0, [Moved(x=2), Moved(x=5)]),
     ]
-    assert fast == stored_rows(99, ids, context, entries)
-    assert [r[VERSION_AT - 1] for r in fast] == [5, 6, 7]  # (rows lack _offset)
+    ids = [f"id-{i}" for i in range(7)]
+    context = (correlation, "cause", "ada", "svc", "10.0.0.1", "acme", "00-trace")
+    fast = command_rows(99, iter(ids), context, commands, encoders)
+    expected: list[tuple[object, ...]] = []
+    at = 0
+    for aggregate_id, version, partition, events in commands:
+        mine = ids[at : at + len(events)]
+        entries = [
+            (
+                aggregate_id,
+                version + 1 + i,
+                type(e).event_type,
+                type(e).schema_version,
+                partition,
+                encoders[type(e).event_type](e),
+            )
+            for i, e in enumerate(events)
+        ]
+        own = (correlation or mine[0], *context[1:])
+        expected += stored_rows(99, mine, own, entries)
+        at += len(events)
+    assert fast == expected
+    assert [r[VERSION_AT - 1] for r in fast] == [5, 6, 7, 1, 8, 10, 11]  # (no _offset)
+    assert [r[ROW_IDX_AT - 1] for r in fast] == [0, 1, 2, 0, 0, 0, 1]
+    assert [r[CORRELATION_AT - 1] for r in fast] == (
+        [correlation] * 7 if correlation else ["id-0"] * 3 + ["id-3", "id-4", "id-5", "id-5"]
+    )
