@@ -6,6 +6,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Literal
 
 from . import telemetry
@@ -135,7 +136,7 @@ def command_rows(
                 )
             )
             continue
-        mine = [next(ids) for _ in events]
+        mine = list(islice(ids, len(events)))
         first = correlation or mine[0]
         out += [
             (
