@@ -6,7 +6,6 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any, Literal
 
 from . import telemetry
@@ -110,21 +109,24 @@ def command_rows(
     context's correlation id or, without one, by the command's first message id."""
     correlation, causation, user, service, ip, tenant, trace = context
     out: list[tuple[Any, ...]] = []
+    append = out.append
     for aggregate_id, version, partition, events in commands:
-        if len(events) == 1:  # one event: no comprehension
-            e = events[0]
+        first = None
+        for k, e in enumerate(events):
             t = type(e)
             i = next(ids)
-            out.append(
+            if first is None:
+                first = correlation or i
+            append(
                 (
-                    0,
+                    k,
                     produced_us,
                     aggregate_id,
-                    version + 1,
+                    version + k + 1,
                     t.event_type,
                     t.schema_version,
                     i,
-                    correlation or i,
+                    first,
                     causation,
                     user,
                     service,
@@ -135,31 +137,6 @@ def command_rows(
                     *encoders[t.event_type](e),
                 )
             )
-            continue
-        mine = list(islice(ids, len(events)))
-        first = correlation or mine[0]
-        out += [
-            (
-                k,
-                produced_us,
-                aggregate_id,
-                version + k + 1,
-                t.event_type,
-                t.schema_version,
-                mine[k],
-                first,
-                causation,
-                user,
-                service,
-                ip,
-                tenant,
-                partition,
-                trace,
-                *encoders[t.event_type](e),
-            )
-            for k, e in enumerate(events)
-            for t in (type(e),)
-        ]
     return out
 
 
