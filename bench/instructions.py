@@ -9,7 +9,8 @@ operations; ``(instructions(large) - instructions(small)) / (large - small)`` is
 per operation without the interpreter's start-up. Every thread of the process is counted
 (the SQLite writer's included); child processes are not (a SQLite file's Arrow helpers).
 The store is a SQLite file with ``synchronous=OFF`` and the in-memory broker (no
-subscriber). The counts vary by about 1% between runs (hash seeds, clock readings).
+subscriber). The counts vary between runs (hash seeds, clock readings, when the garbage
+collector runs): by about 1% on the bulk paths and up to 5% for sequential commands.
 
 Each side runs this module's ``CHILD`` script with its own ``reventless`` on the path
 (``bench.ab``'s trees), so ``--base`` may name a ref from before this module existed.
@@ -173,7 +174,8 @@ def main() -> None:
             "",
             f"Command: `{command}` (valgrind's callgrind, every thread of the process; "
             "SQLite file, `synchronous=OFF`; see `bench/instructions.py`). Counts do not "
-            "depend on the machine's load; they vary by about 1% between runs.",
+            "depend on the machine's load; between runs they vary by about 1% on the bulk "
+            "paths and up to 5% for sequential commands.",
             "",
             *lines,
         ]

@@ -126,17 +126,6 @@ class BulkExecute:
             self, aggregate_id: str, before: int, after: int
         ) -> None: ...
         def _remember(self, agg: Any) -> None: ...
-        def _rows(
-            self,
-            aggregate_id: str,
-            version: int,
-            events: Sequence[Event],
-            meta: Metadata,
-            tenant: str | None,
-            command_id: str | None,
-            ids: Sequence[str] | None = None,
-            produced_us: int | None = None,
-        ) -> list[tuple[Any, ...]]: ...
 
     async def append_many(
         self,
@@ -166,10 +155,14 @@ class BulkExecute:
             self._check_events(events)
         ids = iter(uuid7_strs(sum(len(events) for _, events, _ in todo)))
         produced = now_us()
+        context = row_context(meta, self.service, tenant)  # the same for every item
+        parts, encoders = self.definition.partitions, self._encoders
         requests = []
         for aggregate_id, events, version in todo:
-            mine = [next(ids) for _ in events]
-            rows = self._rows(aggregate_id, version, events, meta, tenant, None, mine, produced)
+            part = partition_of(aggregate_id, parts)
+            rows = command_rows(
+                produced, ids, context, ((aggregate_id, version, part, events),), encoders
+            )
             if self.schema.personal:
                 rows = await sealed(self.store, self.schema, rows)
             requests.append(AppendRequest(self.name, rows, aggregate_id, version))

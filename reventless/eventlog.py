@@ -237,22 +237,15 @@ class EventLog(Topic, BulkExecute, Generic[A]):
         meta: Metadata,
         tenant: str | None,
         command_id: str | None,
-        ids: Sequence[str] | None = None,
-        produced_us: int | None = None,
     ) -> list[tuple[Any, ...]]:
-        """One command's rows (``ids``/``produced_us``: drawn for many commands at once)."""
+        """One command's rows (the bulk paths build many commands' with ``command_rows``
+        and one context)."""
+        partition = partition_of(aggregate_id, self.definition.partitions)
         return command_rows(
-            now_us() if produced_us is None else produced_us,
-            iter(uuid7_strs(len(events)) if ids is None else ids),
+            now_us(),
+            iter(uuid7_strs(len(events))),
             row_context(meta, self.service, tenant, command_id=command_id),
-            (
-                (
-                    aggregate_id,
-                    version,
-                    partition_of(aggregate_id, self.definition.partitions),
-                    events,
-                ),
-            ),
+            ((aggregate_id, version, partition, events),),
             self._encoders,
         )
 
