@@ -6,7 +6,7 @@ relay at all. Collectors still see every event (read back from their read models
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -32,6 +32,20 @@ def totals() -> rv.ReadModel[Total]:
         return rv.Upsert(Total(id=ev.aggregate_id, n=(row.n if row else 0) + 1))
 
     return view
+
+
+def listener() -> tuple[
+    list[rv.Message], asyncio.Event, Callable[[Sequence[rv.Message]], Awaitable[None]]
+]:
+    """A late subscriber's handler: what it got, and an event set when it got something."""
+    got: list[rv.Message] = []
+    heard = asyncio.Event()
+
+    async def handler(msgs: Sequence[rv.Message]) -> None:
+        got.extend(msgs)
+        heard.set()
+
+    return got, heard, handler
 
 
 async def test_no_subscriber_no_encoding_and_a_later_collector_sees_everything(
@@ -101,13 +115,7 @@ async def test_rows_passed_over_at_commit_keep_the_chain_for_a_later_subscriber(
     broker = rv.InMemoryBroker()
     app = rv.App(store=f"sqlite:///{tmp_path / 's.db'}", broker=broker)
     log = app.event_log(Counter)
-    got: list[rv.Message] = []
-    heard = asyncio.Event()
-
-    async def handler(msgs: Sequence[rv.Message]) -> None:
-        got.extend(msgs)
-        heard.set()
-
+    got, heard, handler = listener()
     async with app:
         for _ in range(7):
             await log.execute("c0", Increment(by=1))
@@ -131,13 +139,7 @@ async def test_a_bulk_commit_passed_over_keeps_each_partitions_chain(
     broker = rv.InMemoryBroker()
     app = rv.App(store=f"sqlite:///{tmp_path / 's.db'}", broker=broker)
     log = app.event_log(Counter, partitions=partitions)
-    got: list[rv.Message] = []
-    heard = asyncio.Event()
-
-    async def handler(msgs: Sequence[rv.Message]) -> None:
-        got.extend(msgs)
-        heard.set()
-
+    got, heard, handler = listener()
     async with app:
         done = await log.execute_many((f"c{i}", Increment(by=1)) for i in range(30))
         assert len(done) == 30
