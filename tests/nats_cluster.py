@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from tests.nats_server import NatsServer, require_adapter
+from tests.nats_server import NatsServer, PortTakenError, require_adapter
 from tests.services import free_port, unavailable
 
 log = logging.getLogger("tests.nats_cluster")
@@ -82,24 +82,29 @@ class NatsCluster:
     """``size`` JetStream servers on 127.0.0.1 routed into cluster ``name``."""
 
     def __init__(self, binary: str, root: Path, size: int = 3, name: str = "rv") -> None:
-        self.name = name
-        cluster_ports = [free_port() for _ in range(size)]
+        self.binary, self.root, self.size, self.name = binary, root, size, name
+        self._allocate(0)
+        self._nc: Any = None
+
+    def _allocate(self, attempt: int) -> None:
+        """Free ports for every node (client, cluster, monitoring), store dirs per attempt."""
+        cluster_ports = [free_port() for _ in range(self.size)]
         routes = ",".join(f"nats://127.0.0.1:{p}" for p in cluster_ports)
         #: Each node's HTTP monitoring port (``/jsz`` shows the JetStream meta group).
-        self.monitor_ports = [free_port() for _ in range(size)]
+        self.monitor_ports = [free_port() for _ in range(self.size)]
+        suffix = f"-{attempt}" if attempt else ""
         self.nodes = [
             NatsServer(
-                binary,
-                root / f"n{i}",
+                self.binary,
+                self.root / f"n{i}{suffix}",
                 extra=[
-                    *("--name", f"n{i}", "--cluster_name", name),
+                    *("--name", f"n{i}", "--cluster_name", self.name),
                     *("--cluster", f"nats://127.0.0.1:{cport}", "--routes", routes),
                     *("-m", str(mport)),
                 ],
             )
             for i, (cport, mport) in enumerate(zip(cluster_ports, self.monitor_ports, strict=True))
         ]
-        self._nc: Any = None
 
     @property
     def url(self) -> str:
@@ -113,9 +118,21 @@ class NatsCluster:
         """The node whose server name is ``name`` (``n0``...)."""
         return self.nodes[self.names().index(name)]
 
-    def start(self) -> None:
-        for node in self.nodes:
-            node.start()
+    def start(self, attempts: int = 3) -> None:
+        """Start every node; if one of the free ports was taken before its node bound it,
+        stop the nodes and start them all again on new ports."""
+        for attempt in range(attempts):
+            try:
+                for node in self.nodes:
+                    node.start()
+                return
+            except PortTakenError:
+                for node in self.nodes:
+                    node.stop()
+                if attempt + 1 == attempts:
+                    raise
+                log.warning("a port was taken before nats-server bound it: new ports")
+                self._allocate(attempt + 1)
 
     def kill(self, name: str) -> None:
         """SIGKILL node ``name`` (a crash: no leadership handoff, no flush)."""

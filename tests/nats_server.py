@@ -42,6 +42,11 @@ def require_adapter() -> None:
     require_package("reventless_nats", "pip install -e adapters/nats")
 
 
+class PortTakenError(RuntimeError):
+    """nats-server could not bind a port that ``free_port`` had seen free: another process
+    (or an outgoing connection's ephemeral port) took it in between. Pick new ports."""
+
+
 class NatsServer:
     """One nats-server with JetStream on 127.0.0.1; ``kill``/``start`` keep port and data."""
 
@@ -84,7 +89,10 @@ class NatsServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"nats-server exited: {self.log_path.read_text()[-2000:]}")
+                tail = self.log_path.read_text()[-2000:]
+                if "address already in use" in tail:
+                    raise PortTakenError(f"nats-server could not bind its ports: {tail}")
+                raise RuntimeError(f"nats-server exited: {tail}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     return
@@ -106,8 +114,14 @@ class NatsServer:
 @pytest.fixture(scope="session")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     """A private nats-server (JetStream, file storage) for the whole test session."""
-    server = NatsServer(nats_binary(), tmp_path_factory.mktemp("nats"))
-    server.start()
+    for attempt in range(3):  # a port taken between free_port and the bind: another one
+        server = NatsServer(nats_binary(), tmp_path_factory.mktemp("nats"))
+        try:
+            server.start()
+            break
+        except PortTakenError:
+            if attempt == 2:
+                raise
     yield server
     server.stop()
 

@@ -429,3 +429,31 @@ async def test_a_stream_that_is_gone_is_declared_again(nats_url: str) -> None:
     finally:
         await nc.close()
         await broker.close()
+
+
+async def test_a_port_taken_before_its_node_binds_it_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ``free_port`` sees a port free, then another process takes it before nats-server
+    # binds it (a CI run lost a cluster test so): the cluster starts again on new ports.
+    import socket
+
+    import tests.nats_cluster as nats_cluster
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        handed = iter([port])  # the first node's cluster port
+        real = nats_cluster.free_port
+        monkeypatch.setattr(nats_cluster, "free_port", lambda: next(handed, 0) or real())
+        c = NatsCluster(cluster_binary(), tmp_path / "nats")
+        first = [n.extra for n in c.nodes]
+        try:
+            c.start()
+            await c.wait_ready()
+            assert [n.extra for n in c.nodes] != first  # new ports
+            assert all(f"127.0.0.1:{port}" not in " ".join(n.extra) for n in c.nodes)
+            assert sorted(c.running()) == ["n0", "n1", "n2"]
+        finally:
+            await c.stop()
