@@ -9,8 +9,10 @@ operations; ``(instructions(large) - instructions(small)) / (large - small)`` is
 per operation without the interpreter's start-up. Every thread of the process is counted
 (the SQLite writer's included); child processes are not (a SQLite file's Arrow helpers).
 The store is a SQLite file with ``synchronous=OFF`` and the in-memory broker (no
-subscriber). The counts vary between runs (hash seeds, clock readings, when the garbage
-collector runs): by about 1% on the bulk paths and up to 5% for sequential commands.
+subscriber). Every run has ``PYTHONHASHSEED=0``: with random hash seeds, the start-up's
+own count (class creation fills type slots through dict lookups whose collisions depend on
+the seed) moved by more than a thousand sequential commands cost. The counts still vary
+between runs (clock readings, when the garbage collector runs).
 
 Each side runs this module's ``CHILD`` script with its own ``reventless`` on the path
 (``bench.ab``'s trees), so ``--base`` may name a ref from before this module existed.
@@ -117,7 +119,7 @@ def count(tree: Path, child: Path, workload: str, n: int) -> int:
                 where,
             ],
             cwd=tree,
-            env=side_env(tree),
+            env={**side_env(tree), "PYTHONHASHSEED": "0"},
             capture_output=True,
             text=True,
             check=True,
