@@ -40,6 +40,8 @@ from .tagindex import TagIndex
 
 #: Bound parameters per statement: SQLite's historical limit (999) keeps any build safe.
 _MAX_VARIABLES = 999
+#: Statements the appender keeps built (``_values``, ``_lean``): past it, it starts over.
+_STATEMENTS = 1024
 #: Where a stored row holds metadata that is often NULL (correlation, causation, user,
 #: service, ip, tenant, trace): a column NULL in every row of an INSERT is left out of it
 #: (``Appender._lean``), so no None is bound there (binding one costs ~1,200 instructions).
@@ -267,6 +269,8 @@ class Appender:
         key = (info.table, offset, gone)
         lean = self._leaner.get(key)
         if lean is None:
+            if len(self._leaner) >= _STATEMENTS:
+                self._leaner.clear()
             at = [i for i in range(shift, len(info.columns)) if i not in gone]
             q = self.db.q
             sql = (
@@ -367,6 +371,8 @@ class Appender:
         many = self._many.get((sql, n))
         if many is None:
             values = sql[sql.index(" VALUES ") + len(" VALUES ") :]
+            if len(self._many) >= _STATEMENTS:  # (one per table, row count and lean shape)
+                self._many.clear()
             many = self._many[(sql, n)] = sql + (", " + values) * (n - 1)
         return many
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 import reventless as rv
-from reventless.store import database
+from reventless.codec.columns import META_NAMES
+from reventless.store import Database, append, database
 
 
 class Flagged(rv.Event):
@@ -144,3 +145,23 @@ async def test_rows_with_and_without_metadata_in_one_statement(tmp_path: Path) -
     for i in range(2):
         _, _, _, _, cause, user, _, ip, tenant, on, note = by_id[f"u-{i}"]
         assert (cause, user, ip, tenant, on, note) == (None, "bob", None, None, 0, "z")
+
+
+def test_the_appenders_built_statements_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each set of NULL columns is a statement of its own (and one per row count): past
+    ``_STATEMENTS`` the appender starts over rather than keeping every one."""
+    monkeypatch.setattr(append, "_STATEMENTS", 8)
+    info = append.TableInfo(table="t", columns=(*META_NAMES, "x"), pg_types=(), insert_sql="")
+    appender = append.Appender(Database("sqlite://"), lambda _topic: info)
+    full = tuple(range(len(META_NAMES) + 1))
+    shapes: set[str] = set()
+    for mask in range(2 ** len(append._OFTEN_NULL)):
+        row: list[int | None] = list(full)
+        for bit, at in enumerate(append._OFTEN_NULL):
+            if mask >> bit & 1:
+                row[at] = None
+        sql, _ = appender._lean(info, [tuple(row)], True)
+        appender._values(sql, 2)
+        shapes.add(sql)
+        assert len(appender._leaner) <= 8 and len(appender._many) <= 8
+    assert len(shapes) == 2 ** len(append._OFTEN_NULL)
