@@ -175,9 +175,10 @@ def main() -> None:
             "### CPU instructions per operation (callgrind)",
             "",
             f"Command: `{command}` (valgrind's callgrind, every thread of the process; "
-            "SQLite file, `synchronous=OFF`; see `bench/instructions.py`). Counts do not "
-            "depend on the machine's load; between runs they vary by about 1% on the bulk "
-            "paths and up to 5% for sequential commands.",
+            "SQLite file, `synchronous=OFF`, `PYTHONHASHSEED=0`; see "
+            "`bench/instructions.py`). Counts do not depend on the machine's load; with "
+            "random hash seeds they varied between runs by about 1% on the bulk paths and "
+            "up to 5% for sequential commands.",
             "",
             *lines,
         ]
