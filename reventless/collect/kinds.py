@@ -211,8 +211,12 @@ class _RetryingCollector(Collector):
         failed: Failed = []
         scheduled: list[tuple[int, list[ScheduleWrite]]] = []
         parts: dict[str | None, list[Envelope[Any]]] = {}
-        for ev in envs:
-            parts.setdefault(ev.aggregate_id, []).append(ev)
+        for ev in envs:  # (not setdefault: no empty list made per event)
+            part = parts.get(ev.aggregate_id)
+            if part is None:
+                parts[ev.aggregate_id] = [ev]
+            else:
+                part.append(ev)
         gate = asyncio.Semaphore(self.concurrency)
         # Untraced side effects take the direct lane: the first call goes straight to the
         # handler, inline here (no span, no retry frame, no coroutine of ours per event); a
