@@ -29,6 +29,7 @@ from .bulk import BulkExecute, executed
 from .bulk import ExecuteResult as ExecuteResult  # re-exported: defined beside the bulk path
 from .bulk import LogOptions as LogOptions
 from .codec import AGGREGATE_AT, CORRELATION_AT, MSG_ID_AT, TENANT_AT, add_tags
+from .codec.codegen import fresh_state
 from .decode import decode_row, opened, sealed
 from .errors import (
     AggregateNotFoundError,
@@ -75,6 +76,8 @@ class EventLog(Topic, BulkExecute, Generic[A]):
     ) -> None:
         super().__init__(definition, service=service)
         self.spec = spec
+        #: A new aggregate's state (``spec(id=...)``, unvalidated where that is the same).
+        self._fresh = fresh_state(spec)
         self.options = options or LogOptions()
         #: The time ``rv.Schedule(after=...)`` counts from (the App's clock).
         self.clock: Clock = clock or SystemClock()
@@ -114,9 +117,9 @@ class EventLog(Topic, BulkExecute, Generic[A]):
         if not ids:
             return {}
         loaded = await self.store.load_many(self.name, ids)
-        spec = self.spec
+        fresh = self._fresh
         return {
-            a: spec(id=a) if loaded[a] == _NOTHING else await self._fold(a, *loaded[a]) for a in ids
+            a: fresh(a) if loaded[a] == _NOTHING else await self._fold(a, *loaded[a]) for a in ids
         }
 
     def _remember(self, agg: A) -> None:
@@ -143,7 +146,7 @@ class EventLog(Topic, BulkExecute, Generic[A]):
         else:
             if snap is not None:  # stale or forgotten snapshot: fold from the start
                 rows = await self.store.read_stream(self.name, aggregate_id, 0)
-            agg = self.spec(id=aggregate_id)
+            agg = self._fresh(aggregate_id)
         schema = self.schema
         for r in await opened(self.store, schema, rows):
             agg.apply(decode_row(schema, r))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import date
 from enum import Enum
 from functools import partial
-from typing import Annotated, Any, NoReturn, Union
+from typing import Annotated, Any, NoReturn, TypeVar, Union
 
 from pydantic import BaseModel, TypeAdapter
 from pydantic.fields import FieldInfo
@@ -36,6 +36,7 @@ from .columns import (
 )
 
 _Fn = Callable[..., Any]
+M = TypeVar("M", bound=BaseModel)
 _ERRORS = (KeyError, AttributeError, TypeError, ValueError, OverflowError)
 
 
@@ -183,6 +184,71 @@ def _model_decoder(what: str, model: type[BaseModel], n: int, slots: list[_Slot]
     lines += ["_set0(o, {" + ", ".join(attrs) + "})", "_set1(o, set(_names))"]
     lines += ["_set2(o, None)", "_set3(o, None)"]
     return _compile([*lines, "return o"], ns, "values", what)
+
+
+#: Defaults a fresh state may share between its instances: pydantic copies a default
+#: only when it is mutable.
+_ATOMIC = (type(None), bool, int, float, str, bytes)
+
+
+def fresh_state(model: type[M], key: str = "id") -> Callable[[str], M]:
+    """``model(**{key: value})``, what an aggregate with no events starts from: built
+    without validation when that is exactly what validation would build (``key`` a plain
+    ``str`` field, every other field an immutable default, no validators, hooks, private
+    attributes, aliases or ``__init__`` of its own), else by validation. A ``value``
+    that is not a ``str`` always goes through validation (and its error). Ad hoc: 1.0
+    against 2.3 us per state."""
+
+    def validated(value: str) -> M:
+        return model(**{key: value})
+
+    fields = model.model_fields
+    info = fields.get(key)
+    config = model.model_config
+    if (
+        info is None
+        or info.alias is not None
+        or plain_type(info) != (str, False)
+        or config.get("alias_generator") is not None
+        or config.get("validate_default")
+        or config.get("extra") == "allow"
+        or has_validators(model)
+        or model.__private_attributes__
+        or model.__pydantic_post_init__ is not None
+        or getattr(model, "__pydantic_root_model__", False)
+        or model.__init__ is not BaseModel.__init__
+        or model.__new__ is not object.__new__
+        or tuple(BaseModel.__slots__) != _MODEL_SLOTS
+    ):
+        return validated
+    defaults: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name != key and (
+            f.is_required()
+            or f.default_factory is not None
+            or f.validate_default
+            or type(f.default) not in _ATOMIC
+        ):
+            return validated
+        defaults[name] = None if name == key else f.default  # (the field order kept)
+    new = object.__new__
+    set_dict, set_fields, set_extra, set_private = (
+        BaseModel.__dict__[n].__set__ for n in _MODEL_SLOTS
+    )
+
+    def fresh(value: str) -> M:
+        if type(value) is not str:
+            return validated(value)
+        obj: M = new(model)
+        state = defaults.copy()
+        state[key] = value
+        set_dict(obj, state)
+        set_fields(obj, {key})
+        set_extra(obj, None)
+        set_private(obj, None)
+        return obj
+
+    return fresh
 
 
 def _row_codecs(
