@@ -7,7 +7,8 @@ shows where timings on a shared machine swing by more than that. Each workload r
 fresh interpreter under ``valgrind --tool=callgrind`` twice, with ``small`` and ``large``
 operations; ``(instructions(large) - instructions(small)) / (large - small)`` is the count
 per operation without the interpreter's start-up. Every thread of the process is counted
-(the SQLite writer's included); child processes are not (a SQLite file's Arrow helpers).
+(the SQLite writer's included); child processes are not (a SQLite file's Arrow helpers,
+which read a catch-up's pages). The catch-up's log is filled by an uncounted run first.
 The store is a SQLite file with ``synchronous=OFF`` and the in-memory broker (no
 subscriber). Every run has ``PYTHONHASHSEED=0``: with random hash seeds, the start-up's
 own count (class creation fills type slots through dict lookups whose collisions depend on
@@ -38,7 +39,11 @@ WORKLOADS: dict[str, tuple[str, int, int]] = {
     "exec10": ("sequential command, 10 events (`execute`)", 10, 510),
     "execute_many": ("command on a new aggregate, `execute_many` of 1000", 1000, 11000),
     "append_many": ("new aggregate, `append_many` of 1000", 1000, 11000),
+    "catch_up": ("event of a catch-up, counting handler (this process only)", 10000, 40000),
 }
+
+#: Workloads whose store is filled first by an uncounted run of ``CHILD fill``.
+FILLED = {"catch_up"}
 
 #: Run in each tree: ``python CHILD <workload> <operations> <dir>``.
 CHILD = """
@@ -78,7 +83,26 @@ class Counter(rv.Aggregate):
 async def main(workload: str, n: int, where: str) -> None:
     app = rv.App(store=f"sqlite:///{where}/rv.db?synchronous=OFF", broker="memory://")
     log = app.event_log(Counter)
+    seen = [0]
+    if workload == "catch_up":  # a fresh side effect from offset 0 over the filled log
+        counter = rv.SideEffectHandler("count")
+
+        @counter.on(Incremented)
+        async def _count(ev: rv.Envelope[Incremented]) -> None:
+            seen[0] += 1
+
+        app.collect(counter)
     async with app:
+        if workload == "fill":  # aggregates of 100 events (uncounted: before catch_up)
+            for c in range(n // 1000):
+                await log.append_many(
+                    (f"cu-{c}-{i}", [Incremented(by=1)] * 100, 0) for i in range(10)
+                )
+            return
+        if workload == "catch_up":
+            await app.settle(timeout=600)
+            assert seen[0] == n, seen
+            return
         await log.execute("warm", Increment(by=1))
         if workload == "seq":
             for _ in range(n):
@@ -105,8 +129,18 @@ COLLECTED = re.compile(r"Collected : (\d+)")
 
 
 def count(tree: Path, child: Path, workload: str, n: int) -> int:
-    """Instructions of one run of ``workload`` with ``n`` operations in ``tree``."""
+    """Instructions of one run of ``workload`` with ``n`` operations in ``tree`` (after an
+    uncounted ``fill`` of ``n`` events for a workload in ``FILLED``)."""
+    env = {**side_env(tree), "PYTHONHASHSEED": "0"}
     with tempfile.TemporaryDirectory() as where:
+        if workload in FILLED:
+            subprocess.run(
+                [sys.executable, str(child), "fill", str(n), where],
+                cwd=tree,
+                env=env,
+                capture_output=True,
+                check=True,
+            )
         got = subprocess.run(
             [
                 "valgrind",
@@ -119,7 +153,7 @@ def count(tree: Path, child: Path, workload: str, n: int) -> int:
                 where,
             ],
             cwd=tree,
-            env={**side_env(tree), "PYTHONHASHSEED": "0"},
+            env=env,
             capture_output=True,
             text=True,
             check=True,
