@@ -240,7 +240,7 @@ def fresh_state(model: type[M], key: str = "id") -> Callable[[str], M]:
         if type(value) is not str:
             return validated(value)
         obj: M = new(model)
-        state = defaults.copy()
+        state = dict(defaults)
         state[key] = value
         set_dict(obj, state)
         set_fields(obj, {key})
