@@ -40,10 +40,17 @@ WORKLOADS: dict[str, tuple[str, int, int]] = {
     "execute_many": ("command on a new aggregate, `execute_many` of 1000", 1000, 11000),
     "append_many": ("new aggregate, `append_many` of 1000", 1000, 11000),
     "catch_up": ("event of a catch-up, counting handler (this process only)", 10000, 40000),
+    "catch_up_cmds": (
+        "event of a catch-up of one-event commands' events (each its own correlation id)",
+        10000,
+        40000,
+    ),
 }
 
-#: Workloads whose store is filled first by an uncounted run of ``CHILD fill``.
-FILLED = {"catch_up"}
+#: Workloads whose store is filled first by an uncounted run of ``CHILD <fill>``: bulk
+#: appends of 100 events per aggregate (one correlation id per call), or one command per
+#: event (``execute``: each event correlated by its own id, as most commands' are).
+FILLED = {"catch_up": "fill", "catch_up_cmds": "fill_cmds"}
 
 #: Run in each tree: ``python CHILD <workload> <operations> <dir>``.
 CHILD = """
@@ -84,7 +91,7 @@ async def main(workload: str, n: int, where: str) -> None:
     app = rv.App(store=f"sqlite:///{where}/rv.db?synchronous=OFF", broker="memory://")
     log = app.event_log(Counter)
     seen = [0]
-    if workload == "catch_up":  # a fresh side effect from offset 0 over the filled log
+    if workload.startswith("catch_up"):  # a fresh side effect from offset 0 over the filled log
         counter = rv.SideEffectHandler("count")
 
         @counter.on(Incremented)
@@ -99,7 +106,11 @@ async def main(workload: str, n: int, where: str) -> None:
                     (f"cu-{c}-{i}", [Incremented(by=1)] * 100, 0) for i in range(10)
                 )
             return
-        if workload == "catch_up":
+        if workload == "fill_cmds":
+            for i in range(n):
+                await log.execute(f"cu-{i % 100}", Increment(by=1))
+            return
+        if workload.startswith("catch_up"):
             await app.settle(timeout=600)
             assert seen[0] == n, seen
             return
@@ -135,7 +146,7 @@ def count(tree: Path, child: Path, workload: str, n: int) -> int:
     with tempfile.TemporaryDirectory() as where:
         if workload in FILLED:
             subprocess.run(
-                [sys.executable, str(child), "fill", str(n), where],
+                [sys.executable, str(child), FILLED[workload], str(n), where],
                 cwd=tree,
                 env=env,
                 capture_output=True,

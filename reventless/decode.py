@@ -125,18 +125,37 @@ def upcast(schema: TopicSchema, event_type: str, version: int, values: Sequence[
     return event
 
 
+#: The ``Metadata`` of a row's metadata values (correlation id .. tenant), made in C (a
+#: named tuple: no Python call).
+_meta_of = partial(tuple.__new__, Metadata)
+
+
 class _Metas(dict[tuple[Any, ...], Metadata]):
-    """Shared ``Metadata`` by its stored values: looking up a known key stays in C; an
-    unknown one is built here, the cache emptied first once it holds 4096."""
+    """Shared ``Metadata`` by its stored values, for pages whose rows share them (bulk
+    appends, commands of many events): a known key is looked up in C, an unknown one made
+    here, the cache emptied first once it holds 4096. Pages of mostly one-event commands
+    (each correlated by its own id) make theirs with ``_meta_of`` instead: a miss per row
+    costs a Python call."""
 
     def __missing__(self, key: tuple[Any, ...]) -> Metadata:
         if len(self) >= 4096:
             self.clear()
-        meta = self[key] = Metadata.trusted(*key)
+        meta = self[key] = _meta_of(key)
         return meta
 
 
 _META_CACHE = _Metas()
+#: Rows of a page whose correlation ids tell whether its rows share their metadata.
+_SAMPLE = 32
+
+
+def _shared(correlations: Sequence[str | None]) -> bool:
+    """Whether the rows whose correlation ids (the first of a page) are these share their
+    metadata: each id is on two rows or more, on average. A page is mostly of one kind
+    (a bulk load, a stream of commands)."""
+    return 2 * len(set(correlations)) <= len(correlations)
+
+
 #: The columns of ``Metadata`` (correlation id .. tenant), in its field order.
 _META_FROM, _META_TO = CORRELATION_AT, TENANT_AT + 1
 
@@ -168,19 +187,23 @@ def envelope_of(schema: TopicSchema, topic: str, row: StoredRow) -> Envelope[Any
 
 def envelopes_of(schema: TopicSchema, topic: str, rows: Iterable[StoredRow]) -> list[Envelope[Any]]:
     """Decode stored rows into ``Envelope``s, in one call (a collector's page):
-    current-version events go straight to their decoder, and metadata comes from a
-    shared cache. ``tuple.__new__`` skips the named tuple's Python-level ``__new__``."""
+    current-version events go straight to their decoder; metadata is shared through a
+    cache where rows share their correlation id. ``tuple.__new__`` skips the named
+    tuples' Python-level ``__new__`` (of the envelope and its metadata)."""
     decoders = schema.decoders
     tags_at = schema.tags_at
-    metas = _META_CACHE
+    rows = rows if isinstance(rows, Sequence) else list(rows)
+    meta_of = (
+        _META_CACHE.__getitem__
+        if _shared([r[CORRELATION_AT] for r in rows[:_SAMPLE]])
+        else _meta_of
+    )
     new = _tuple_new
     out: list[Envelope[Any]] = []
     append = out.append
     for row in rows:
         decode = decoders.get((row[TYPE_AT], row[SCHEMA_VERSION_AT]))
-        # Events of one command (and often of one caller) share their metadata: the
-        # immutable object is reused instead of built per event.
-        meta = metas[row[_META_FROM:_META_TO]]
+        meta = meta_of(row[_META_FROM:_META_TO])
         append(
             new(
                 Envelope,
@@ -257,7 +280,8 @@ def envelopes_of_arrow(schema: TopicSchema, topic: str, page: pa.Table) -> list[
             for t, v, vals in zip(types, versions, values, strict=True)
         ]
     keys = zip(*(col(i) for i in range(_META_FROM, _META_TO)), strict=True)
-    meta = map(_META_CACHE.__getitem__, keys)  # a known key: no Python call
+    shared = _shared(cols[CORRELATION_AT].slice(0, _SAMPLE).to_pylist())
+    meta = map(_META_CACHE.__getitem__ if shared else _meta_of, keys)
     tags_at = schema.tags_at
     tags = repeat((), n) if tags_at is None else map(tags_of, col(tags_at))
     return list(

@@ -28,12 +28,10 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import types
 import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
@@ -337,18 +335,7 @@ _MAX_META = 512
 _DECIDED = (Event, Directive)
 
 
-_new = object.__new__
-
-
-@dataclass(frozen=True, slots=True)
-class Metadata:
-    """Caller-supplied event metadata; what is left out is filled in by the log.
-
-    Example::
-
-        await log.execute("c-1", cmd, meta=rv.Metadata(user="ada", ip="10.0.0.1"))
-    """
-
+class _MetadataFields(NamedTuple):
     correlation_id: str | None = None
     causation_id: str | None = None
     user: str | None = None
@@ -356,20 +343,46 @@ class Metadata:
     ip: str | None = None
     tenant: str | None = None
 
-    def __post_init__(self) -> None:
-        for name in ("correlation_id", "causation_id", "user", "service", "ip", "tenant"):
-            value = getattr(self, name)
+
+_tuple_new = tuple.__new__
+
+
+class Metadata(_MetadataFields):
+    """Caller-supplied event metadata; what is left out is filled in by the log.
+
+    Example::
+
+        await log.execute("c-1", cmd, meta=rv.Metadata(user="ada", ip="10.0.0.1"))
+
+    Immutable: a named tuple of its six fields, since one is read back with every stored
+    event (built in C from a page's columns, no Python call per event).
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+        user: str | None = None,
+        service: str | None = None,
+        ip: str | None = None,
+        tenant: str | None = None,
+    ) -> Metadata:
+        values = (correlation_id, causation_id, user, service, ip, tenant)
+        for name, value in zip(_MetadataFields._fields, values, strict=True):
             if value is None:
                 continue
             if not isinstance(value, str):
                 raise MetadataError(f"metadata {name} must be a string, got {type(value).__name__}")
             if not value or len(value) > _MAX_META or not value.isprintable():
                 raise MetadataError(f"metadata {name} must be 1..{_MAX_META} printable characters")
-        if self.ip is not None:
+        if ip is not None:
             try:
-                ipaddress.ip_address(self.ip)
+                ipaddress.ip_address(ip)
             except ValueError as exc:
-                raise MetadataError(f"metadata ip {self.ip!r} is not an IP address") from exc
+                raise MetadataError(f"metadata ip {ip!r} is not an IP address") from exc
+        return _tuple_new(cls, values)
 
     @classmethod
     def trusted(
@@ -382,20 +395,17 @@ class Metadata:
         tenant: str | None,
     ) -> Metadata:
         """Build without validation (values read back from the store were validated on write)."""
-        # Once per stored event read back: the slots' own setters, straight-line (a loop
-        # of object.__setattr__ over the names took twice as long)
-        obj = _new(cls)
-        _SETTERS[0](obj, correlation_id)
-        _SETTERS[1](obj, causation_id)
-        _SETTERS[2](obj, user)
-        _SETTERS[3](obj, service)
-        _SETTERS[4](obj, ip)
-        _SETTERS[5](obj, tenant)
-        return obj
+        return _tuple_new(cls, (correlation_id, causation_id, user, service, ip, tenant))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # unpickled and copied as read back: not validated again (as ``trusted``)
+        return _metadata_of, (tuple(self),)
 
 
-#: The slot setters of ``Metadata``'s fields, in order (``Metadata.trusted``).
-_SETTERS = tuple(getattr(Metadata, f.name).__set__ for f in dataclasses.fields(Metadata))
+def _metadata_of(values: tuple[str | None, ...]) -> Metadata:
+    """A ``Metadata`` of its six values, unvalidated (``Metadata.trusted``)."""
+    m: Metadata = _tuple_new(Metadata, values)
+    return m
 
 
 _NO_META = Metadata()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 
 import reventless as rv
@@ -133,6 +136,29 @@ def test_events_and_commands_are_immutable_and_strict() -> None:
 def test_malformed_metadata_is_rejected(kwargs: dict[str, object]) -> None:
     with pytest.raises(rv.MetadataError):
         rv.Metadata(**kwargs)  # type: ignore[arg-type]
+
+
+def test_metadata_is_an_immutable_record_of_six_fields() -> None:
+    meta = rv.Metadata(user="ada", ip="10.0.0.1")
+    assert (meta.correlation_id, meta.user, meta.ip, meta.tenant) == (None, "ada", "10.0.0.1", None)
+    assert meta == rv.Metadata(user="ada", ip="10.0.0.1") and hash(meta) == hash(
+        rv.Metadata(user="ada", ip="10.0.0.1")
+    )
+    assert repr(meta) == (
+        "Metadata(correlation_id=None, causation_id=None, user='ada', service=None, "
+        "ip='10.0.0.1', tenant=None)"
+    )
+    with pytest.raises(AttributeError):
+        meta.user = "bob"  # type: ignore[misc]
+    assert rv.Metadata("c-1", "c-0") == rv.Metadata(correlation_id="c-1", causation_id="c-0")
+    trusted = rv.Metadata.trusted("c-1", None, "ada", "svc", None, "t")
+    assert type(trusted) is rv.Metadata
+    assert trusted == rv.Metadata(correlation_id="c-1", user="ada", service="svc", tenant="t")
+    # what a store read back is copied and unpickled as it is, not validated again
+    old = rv.Metadata.trusted(None, None, None, None, "not an ip (an older rule)", None)
+    for copied in (pickle.loads(pickle.dumps(old)), copy.deepcopy(old), copy.copy(old)):
+        assert type(copied) is rv.Metadata and copied == old
+    assert pickle.loads(pickle.dumps(meta)) == meta
 
 
 def test_uuid7_is_time_ordered() -> None:
