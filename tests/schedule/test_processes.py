@@ -72,6 +72,27 @@ async def worker(url: str, service: str, lease: float) -> asyncio.subprocess.Pro
     return proc
 
 
+async def spare(url: str, service: str, lease: float) -> asyncio.subprocess.Process:
+    """A worker that starts up to its imports meanwhile, then waits for ``go``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.schedule.worker", url, service, str(lease), "wait",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
+    )  # fmt: skip
+
+
+async def go(proc: asyncio.subprocess.Process) -> asyncio.subprocess.Process:
+    """Start a ``spare`` worker's scheduler (once it is ready); once its App runs."""
+    assert proc.stdin is not None and proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert line == b"ready\n", line
+    proc.stdin.write(b"go\n")
+    await proc.stdin.drain()
+    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    assert line == b"started\n", line
+    return proc
+
+
 async def finish(proc: asyncio.subprocess.Process) -> tuple[int, int]:
     """Wait for a worker to find nothing pending; its (fired, duplicates)."""
     assert proc.stdout is not None
@@ -119,28 +140,36 @@ async def test_killing_schedulers_repeatedly_fires_each_schedule_exactly_once(
     kills = 0
     rng = random.Random(7)
     app, orders = reader(shared_url)
-    async with app:
+    # The next worker starts up (its imports) while the current one runs, so a slow
+    # machine's interpreter start-up does not eat the window the schedules are due in.
+    following = await spare(shared_url, "k0", lease)
+    try:
+        async with app:
 
-        async def landed_count() -> int:
-            return sum(len(v) for v in (await nudges(orders)).values())
+            async def landed_count() -> int:
+                return sum(len(v) for v in (await nudges(orders)).values())
 
-        seen = 0
-        while seen < count:
-            proc = await worker(shared_url, f"k{kills}", lease)
-            # once it is firing, let it run a random while, then kill it mid-work
-            async with asyncio.timeout(60):
-                while await landed_count() <= seen and proc.returncode is None:
-                    await asyncio.sleep(0.02)
-            await asyncio.sleep(rng.uniform(0.2, 1.0))
-            if proc.returncode is not None:  # it found nothing left to do
-                break
-            proc.send_signal(signal.SIGKILL)
-            await proc.wait()
-            kills += 1
-            seen = await landed_count()
-    # one clean run finishes what is left (claims of the killed ones expire first)
-    last = await worker(shared_url, "final", lease)
-    await finish(last)
+            seen = 0
+            while seen < count:
+                proc = await go(following)
+                following = await spare(shared_url, f"k{kills + 1}", lease)
+                # once it is firing, let it run a random while, then kill it mid-work
+                async with asyncio.timeout(60):
+                    while await landed_count() <= seen and proc.returncode is None:
+                        await asyncio.sleep(0.02)
+                await asyncio.sleep(rng.uniform(0.2, 1.0))
+                if proc.returncode is not None:  # it found nothing left to do
+                    break
+                proc.send_signal(signal.SIGKILL)
+                await proc.wait()
+                kills += 1
+                seen = await landed_count()
+        # one clean run finishes what is left (claims of the killed ones expire first)
+        await finish(await go(following))
+    finally:
+        if following.returncode is None:  # a failure above: no worker left behind
+            following.kill()
+            await following.wait()
     late = check_once_and_on_time(due, await landed(shared_url))
     assert kills >= 3, f"only {kills} kills: the test did not interrupt the scheduler"
     print(
