@@ -398,14 +398,9 @@ class Metadata(_MetadataFields):
         return _tuple_new(cls, (correlation_id, causation_id, user, service, ip, tenant))
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # unpickled and copied as read back: not validated again (as ``trusted``)
-        return _metadata_of, (tuple(self),)
-
-
-def _metadata_of(values: tuple[str | None, ...]) -> Metadata:
-    """A ``Metadata`` of its six values, unvalidated (``Metadata.trusted``)."""
-    m: Metadata = _tuple_new(Metadata, values)
-    return m
+        # unpickled and copied as read back: not validated again (the named tuple's
+        # ``_make`` skips this ``__new__``)
+        return type(self)._make, (tuple(self),)
 
 
 _NO_META = Metadata()
