@@ -136,17 +136,22 @@ def _model_encoder(what: str, names: Sequence[str], slots: list[_Slot]) -> _Fn:
     return _compile(["d = obj.__dict__", f"return {_tuple(items)}"], ns, "obj", what)
 
 
-def _trusted(model: type[BaseModel], slots: list[_Slot]) -> bool:
-    return bool(
-        slots
-        and all(s.plain for s in slots)
-        and not has_validators(model)
+def _hookless(model: type[BaseModel]) -> bool:
+    """Whether validating ``model`` only sets its fields' values: no validators, private
+    attributes, post-init hook or extra values, not a root model, and the instance
+    layout (``_MODEL_SLOTS``) of a pydantic we know."""
+    return (
+        not has_validators(model)
         and not model.__private_attributes__
         and model.__pydantic_post_init__ is None
         and not getattr(model, "__pydantic_root_model__", False)
         and model.model_config.get("extra") != "allow"
-        and tuple(BaseModel.__slots__) == _MODEL_SLOTS  # (a pydantic whose layout we know)
+        and tuple(BaseModel.__slots__) == _MODEL_SLOTS
     )
+
+
+def _trusted(model: type[BaseModel], slots: list[_Slot]) -> bool:
+    return bool(slots and all(s.plain for s in slots) and _hookless(model))
 
 
 #: The instance slots of a pydantic model, as ``_model_decoder`` sets them (in order).
@@ -211,14 +216,9 @@ def fresh_state(model: type[M], key: str = "id") -> Callable[[str], M]:
         or plain_type(info) != (str, False)
         or config.get("alias_generator") is not None
         or config.get("validate_default")
-        or config.get("extra") == "allow"
-        or has_validators(model)
-        or model.__private_attributes__
-        or model.__pydantic_post_init__ is not None
-        or getattr(model, "__pydantic_root_model__", False)
+        or not _hookless(model)
         or model.__init__ is not BaseModel.__init__
         or model.__new__ is not object.__new__
-        or tuple(BaseModel.__slots__) != _MODEL_SLOTS
     ):
         return validated
     defaults: dict[str, Any] = {}
