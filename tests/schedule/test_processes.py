@@ -60,23 +60,11 @@ async def landed(url: str) -> dict[str, list[tuple[int, str | None]]]:
         return await nudges(orders)
 
 
-async def worker(url: str, service: str, lease: float) -> asyncio.subprocess.Process:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.schedule.worker", url, service, str(lease),
-        stdout=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 60)
-    assert line == b"started\n", line
-    return proc
-
-
 async def spare(url: str, service: str, lease: float) -> asyncio.subprocess.Process:
     """A worker that starts up to its imports meanwhile, then waits for ``go``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.schedule.worker", url, service, str(lease), "wait",
+        sys.executable, "-m", "tests.schedule.worker", url, service, str(lease),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env, cwd=ROOT,
     )  # fmt: skip
 
@@ -91,6 +79,11 @@ async def go(proc: asyncio.subprocess.Process) -> asyncio.subprocess.Process:
     line = await asyncio.wait_for(proc.stdout.readline(), 60)
     assert line == b"started\n", line
     return proc
+
+
+async def worker(url: str, service: str, lease: float) -> asyncio.subprocess.Process:
+    """A worker whose scheduler runs (its App started)."""
+    return await go(await spare(url, service, lease))
 
 
 async def finish(proc: asyncio.subprocess.Process) -> tuple[int, int]:

@@ -1,10 +1,10 @@
 """A process that runs the scheduler on a store until nothing is pending, for the
-multi-process tests: ``python -m tests.schedule.worker URL SERVICE LEASE [wait]``.
+multi-process tests: ``python -m tests.schedule.worker URL SERVICE LEASE``.
 
-It prints ``started`` once its App runs and, when no schedule is left, ``done FIRED
-DUPLICATES`` (the commands it landed, and those it found landed already). With ``wait``
-it first prints ``ready`` (imports done) and starts once a line comes on stdin: a test
-can have the next worker ready while the current one runs."""
+It prints ``ready`` once its imports are done and starts when a line comes on stdin (a
+test can have the next worker ready while the current one runs), prints ``started``
+once its App runs and, when no schedule is left, ``done FIRED DUPLICATES`` (the
+commands it landed, and those it found landed already)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ async def run(url: str, service: str, lease: float) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[4:] == ["wait"]:
-        print("ready", flush=True)
-        if not sys.stdin.readline():  # the test is gone
-            sys.exit(0)
+    print("ready", flush=True)
+    if not sys.stdin.readline():  # the test is gone
+        sys.exit(0)
     asyncio.run(run(sys.argv[1], sys.argv[2], float(sys.argv[3])))
