@@ -203,7 +203,9 @@ class BulkExecute:
         states: dict[str, Aggregate] = {}
         # aggregate -> its commands: (index, version decided on, events)
         planned: dict[str, list[tuple[int, int, list[Event]]]] = {}
-        decided: dict[str, list[int]] = {}  # aggregate -> the commands decided here
+        # the commands decided here and their aggregates (two lists: no object per command)
+        decided_at: list[int] = []
+        decided_on: list[str] = []
         tenant = self.check_tenant(meta.tenant)
         try:
             for i in window:
@@ -234,13 +236,15 @@ class BulkExecute:
                     events, directives = agg.decide_all(command)
                 except Exception as exc:  # Rejected is an answer, the rest raised by the caller
                     outcomes[i] = exc
-                    decided.setdefault(aggregate_id, []).append(i)
+                    decided_at.append(i)
+                    decided_on.append(aggregate_id)
                     continue
                 if directives:  # schedules (with events or alone): the careful path
                     deferred.add(aggregate_id)
                     careful.append(i)
                     continue
-                decided.setdefault(aggregate_id, []).append(i)
+                decided_at.append(i)
+                decided_on.append(aggregate_id)
                 if not events:
                     outcomes[i] = ExecuteResult(aggregate_id, agg.version, (), 0, -1)
                     continue
@@ -269,7 +273,6 @@ class BulkExecute:
                     # a clash (stale state) or a store error: every command decided on the
                     # aggregate's state here runs again the careful way
                     failed.add(aggregate_id)
-                    careful.extend(decided[aggregate_id])
                     continue
                 first = out.first_offset
                 for i, base, events in runs:
@@ -278,6 +281,10 @@ class BulkExecute:
                         aggregate_id, base + len(events), tuple(events), first, last
                     )
                     first = last + 1
+            if failed:
+                careful.extend(
+                    i for i, a in zip(decided_at, decided_on, strict=True) if a in failed
+                )
             for aggregate_id, agg in states.items():
                 if aggregate_id in failed:
                     self._cache.pop(aggregate_id, None)  # its in-memory state ran ahead

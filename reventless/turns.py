@@ -29,8 +29,9 @@ class Turns:
     __slots__ = ("_held",)
 
     def __init__(self) -> None:
-        # key -> the futures of the callers waiting for it (present while it is held)
-        self._held: dict[str, deque[asyncio.Future[None]]] = {}
+        # key -> the futures of the callers waiting for it (present while it is held;
+        # None until a second caller comes: most turns end without one)
+        self._held: dict[str, deque[asyncio.Future[None]] | None] = {}
 
     def __len__(self) -> int:
         """Keys held now."""
@@ -40,16 +41,19 @@ class Turns:
         """Take ``key``'s turn if no one holds it (True); False: ``wait`` for it."""
         if key in self._held:
             return False
-        self._held[key] = deque()
+        self._held[key] = None
         return True
 
     async def wait(self, key: str) -> None:
         """Wait for ``key``'s turn behind the callers already waiting (after ``try_take``
         said False). A caller cancelled as its turn came passes the turn on."""
-        waiters = self._held.get(key)
-        if waiters is None:  # given up since try_take
-            self._held[key] = deque()
+        held = self._held
+        if key not in held:  # given up since try_take
+            held[key] = None
             return
+        waiters = held[key]
+        if waiters is None:
+            waiters = held[key] = deque()
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiters.append(fut)
         try:
@@ -64,7 +68,7 @@ class Turns:
     def give(self, key: str) -> None:
         """End the holder's turn: the next waiter's begins, or the key is free."""
         waiters = self._held[key]
-        while waiters:
+        while waiters:  # (None: no one ever waited)
             fut = waiters.popleft()
             if not fut.done():
                 fut.set_result(None)
