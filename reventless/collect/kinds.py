@@ -6,6 +6,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -40,11 +41,15 @@ from .component import (
     Upsert,
     as_ops,
     call,
+    default_key,
 )
 from .deadletter import error_text
 from .rowfold import RowFold
 
 log = logging.getLogger("reventless.collect")
+
+#: An envelope's aggregate id, read in C (the key of a handler that names none).
+_AGGREGATE_ID = itemgetter(Envelope._fields.index("aggregate_id"))
 
 
 class ReadModelCollector(Collector):
@@ -74,18 +79,30 @@ class ReadModelCollector(Collector):
     def apply_rows(
         self, rows: RowWriter, envs: list[Envelope[Any]], *, redo: bool = False
     ) -> list[Failure]:
-        """Run the handlers over ``envs`` and write the final rows (inside the batch's
-        store transaction); returns the failures to dead-letter."""
+        """Run the handlers over ``envs`` (one topic's) and write the final rows (inside
+        the batch's store transaction); returns the failures to dead-letter. Each
+        handler is looked up once per event type of the batch, and the keys of handlers
+        keyed by aggregate are read in C."""
         table = self.table
-        pairs = [(ev, self.handler_for(ev)) for ev in envs]
-        keys = [spec.key(ev) if spec.wants_current else None for ev, spec in pairs]
-        need = {k for k, (_, spec) in zip(keys, pairs, strict=True) if spec.wants_current}
+        topic = envs[0].topic if envs else ""
+        types = [ev.type for ev in envs]
+        spec_of = {t: self.handler_of(topic, t) for t in set(types)}
+        specs = list(map(spec_of.__getitem__, types))
+        keys: list[Any]
+        if len(spec_of) == 1 and (one := next(iter(spec_of.values()))).wants_current:
+            by_aggregate = one.key is default_key
+            keys = list(map(_AGGREGATE_ID if by_aggregate else one.key, envs))
+            need = set(keys)
+        else:
+            pairs = zip(envs, specs, strict=True)
+            keys = [s.key(ev) if s.wants_current else None for ev, s in pairs]
+            need = {k for k, s in zip(keys, specs, strict=True) if s.wants_current}
         state: dict[Any, Any] = rows.fetch(list(need)) if need else {}
         changed: dict[Any, Any] = {}
         failed: list[tuple[Envelope[Any], str, int]] = []
         row_type, key_field = table.model.row, table.model.key
         check_parked = bool(self.parked) and not redo
-        for (ev, spec), key in zip(pairs, keys, strict=True):
+        for ev, spec, key in zip(envs, specs, keys, strict=True):
             if check_parked and self.is_parked(ev):
                 failed.append((ev, "parked behind an earlier dead letter of this aggregate", 0))
                 continue
