@@ -114,6 +114,15 @@ def write_error(exc: BaseException) -> StoreError:
     return StoreError(f"store write failed: {orig}")
 
 
+def loop_is_alone(own: int = 0) -> bool:
+    """Whether no other callback than the caller's ``own`` is ready to run on the running
+    loop (asyncio's own loop keeps them in ``_ready``; another loop: assume company), so a
+    write made on the loop's thread delays no one: a lone append groups with nothing, and
+    a collector's checkpoint commit holds up no other task."""
+    ready = getattr(asyncio.get_running_loop(), "_ready", None)
+    return ready is not None and len(ready) <= own
+
+
 def _file_lock(path: str) -> threading.Lock:
     key = os.path.realpath(path)
     with _file_locks_guard:

@@ -42,7 +42,7 @@ from .append import (
 from .arrowread import ArrowPages
 from .collector import SqlCollectorStore
 from .commands import CommandLookup
-from .database import Database
+from .database import Database, loop_is_alone
 from .dcb import DcbAppends, guarded, read_query
 from .ddl import PG_TYPES, evolve, topic_table
 from .keys import Keyring, SqlKeyStore
@@ -352,7 +352,7 @@ class SqlEventStore:
         if (
             self._drainer is None
             and not self._pending
-            and _alone(asyncio.get_running_loop(), int(self._inline_run > 0))
+            and loop_is_alone(int(self._inline_run > 0))
             and self.db.try_inline_write()
         ):
             # A lone append on a SQLite file (nothing else is queued or ready to run that
@@ -881,14 +881,6 @@ class _Batch:
             self.put(exc)
         elif not self.done.done():  # (its caller was cancelled: nothing to tell)
             self.done.set_exception(exc)
-
-
-def _alone(loop: asyncio.AbstractEventLoop, own: int) -> bool:
-    """Whether no other callback than the store's ``own`` is ready to run on ``loop``
-    (asyncio's own loop keeps them in ``_ready``; another loop: assume company, so
-    appends keep grouping)."""
-    ready = getattr(loop, "_ready", None)
-    return ready is not None and len(ready) <= own
 
 
 def _offset_is_rowid(conn: Connection, table: str) -> bool:
