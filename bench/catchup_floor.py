@@ -39,7 +39,7 @@ from reventless.codec import CORRELATION_AT, FIELDS_AT, SCHEMA_VERSION_AT, TENAN
 from reventless.decode import envelopes_of_arrow
 
 from .blocks import put_block
-from .core import _app, _raw_catchup_count, count_catch_up, warm_helpers
+from .core import _app, _raw_catchup_count, _rv_catchup_count, warm_helpers
 from .specs import Counter, Incremented
 from .workloads import rv_preload
 
@@ -146,7 +146,7 @@ def run(events: int, rounds: int) -> str:
         with tempfile.TemporaryDirectory() as d:
             raws.append(_raw_catchup_count(Path(d), aggs, per))
         with tempfile.TemporaryDirectory() as d:
-            ours.append(asyncio.run(_ours(Path(d), aggs, per)))
+            ours.append(asyncio.run(_rv_catchup_count(Path(d), aggs, per)))
     raw, real = statistics.median(raws), statistics.median(ours)
     lines = [
         "## Catch-up floor: what a per-event handler cannot go below",
@@ -177,16 +177,6 @@ def run(events: int, rounds: int) -> str:
         f"The last step's ceiling is {last:.2f}x raw, {verdict} the 0.70x of target 6.",
     ]
     return "\n".join(lines)
-
-
-async def _ours(where: Path, aggs: int, per: int) -> float:
-    pre = _app(where)
-    log = pre.event_log(Counter)
-    async with pre:
-        await rv_preload(log, "cu", aggs, per)
-    seen, dt = await count_catch_up(_app(where))
-    assert seen == aggs * per, seen
-    return seen / dt
 
 
 def main() -> None:
