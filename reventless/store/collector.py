@@ -254,7 +254,11 @@ class SqlCollectorStore:
 
     def _advance_sync(self, conn: Connection, component: str, progress: Progress) -> None:
         """``_advance`` in the caller's transaction."""
-        self._advance(component, progress, conn.connection.dbapi_connection.cursor())  # type: ignore[union-attr]
+        cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            self._advance(component, progress, cur)
+        finally:
+            cur.close()
 
     def _advance(self, component: str, progress: Progress, cur: Any) -> None:
         """Move the checkpoint through the DBAPI cursor ``cur``, in its transaction; with
