@@ -80,7 +80,7 @@ async def test_a_checkpoint_commit_the_file_refuses_is_a_store_error(tmp_path: P
 
 
 async def test_a_side_effect_catch_up_stores_the_head_as_its_checkpoint(file_url: str) -> None:
-    app = rv.App(store=file_url, options=rv.AppOptions(collector=rv.CollectorOptions(page_size=7)))
+    app = rv.App(store=file_url)  # the log first, then a fresh side effect catches up
     log = app.event_log(Counter)
     seen: list[int] = []
     side = rv.SideEffectHandler("seen")
