@@ -24,6 +24,11 @@ if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ.pop("COLUMNS", None)
     os.environ.pop("LINES", None)
 
+# Spark's test defaults (JIT and collector settings of short-lived JVMs): every driver a
+# test starts reads them, in this process or in one of its own (spark-submit reads
+# SPARK_CONF_DIR). A run may point it elsewhere.
+os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).parent / "tests" / "spark" / "conf"))
+
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -38,11 +43,14 @@ settings.load_profile("ci" if os.environ.get("CI") else "default")
 STORE_KINDS = ["sqlite-file", "sqlite-memory"]
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``): the tests
     that use the shared Spark session (or the loopback cluster) run on one worker, instead
-    of a session's JVM in each; those whose Spark runs in processes of their own (CLI
-    commands, killed drivers) go to either."""
+    of a session's JVM (and a cluster of three) in each; those whose Spark runs in
+    processes of their own (CLI commands, killed drivers) go to either. First among the
+    hooks: xdist's own reads the group marker to suffix the node ids (``...@spark``)
+    that its scheduler groups by, so a marker added after it groups nothing."""
     for item in items:
         if set(getattr(item, "fixturenames", ())) & {"spark", "standalone"}:
             item.add_marker(pytest.mark.xdist_group("spark"))
