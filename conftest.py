@@ -28,9 +28,9 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 # test starts reads them, in this process or in one of its own (spark-submit reads
 # SPARK_CONF_DIR). A run may point it elsewhere.
 os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).parent / "tests" / "spark" / "conf"))
-# A Python worker of Spark's gives its JVM 15 s to answer on the socket it connects to; with
-# the suite's three workers on two cores the JVM was seen to take longer
-# (CANNOT_OPEN_SOCKET ... timed out).
+# A Python worker of Spark's gives its JVM 15 s to answer on the socket it connects to; on
+# a loaded machine (a run with three xdist workers on two cores) the JVM was seen to take
+# longer (CANNOT_OPEN_SOCKET ... timed out).
 os.environ.setdefault("SPARK_AUTH_SOCKET_TIMEOUT", "90")
 
 settings.register_profile(
