@@ -40,8 +40,8 @@ test: export SPARK_LOCAL_IP ?= 127.0.0.1
 test: export REVENTLESS_SPARK_PARTITIONS ?= 2
 # Two workers (pytest-xdist; the tests that share a Spark session run on one of them, see
 # conftest.py): many tests wait on processes, fsyncs and networks rather than the CPU.
-# Three were faster here (727-805 s against 940-1000 s) but kept the CPU 94-96% busy, and
-# in each of two runs a test that waits on other processes timed out.
+# Three kept the CPU 94-96% busy here, and in each of two runs a test that waits on other
+# processes timed out.
 # A backstop beyond pytest-timeout's per-test limit: the whole run ends within 45 minutes.
 test: lint services
 	timeout -k 60 2700 $(BIN)/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
