@@ -35,9 +35,11 @@ from .workloads import (
     RAW_DATA,
     RAW_INSERT,
     Where,
+    _es_load,
     _raw_catchup,
     _rv_catchup,
     _rv_conc,
+    _rv_load,
     check,
     es_env,
     perf,
@@ -446,6 +448,20 @@ def _raw_catchup_count(where: Where, aggs: int, per: int, page: int = 2000) -> f
     return aggs * per / dt
 
 
+# -- 7. load with a snapshot at the head -------------------------------------------------------
+
+
+def _raw_load_any(where: Where, n_events: int, repeats: int) -> float:
+    """Raw's load with a snapshot at the head: its snapshot row, then the rows after it."""
+    if isinstance(where, PgDb):
+        from . import pg
+
+        return pg._raw_load(where, n_events, repeats, True)
+    from .workloads import _raw_load
+
+    return _raw_load(where, n_events, repeats, True)
+
+
 # -- CPU per command (SQLite, synchronous=OFF) ---------------------------------------------------
 
 
@@ -532,6 +548,7 @@ def rows(quick: bool, pg: bool) -> list[Row]:
     calls, per_call = (2, 500) if quick else (20, 1000)
     ra, rp = (20, 500) if quick else (100, 1000)
     ca, cp = (50, 100) if quick else (3000, 100)
+    loads = 100 if quick else 1000
 
     def arun(fn: Callable[..., Any], *a: Any) -> Callable[[Where], float]:
         return lambda p: float(asyncio.run(fn(p, *a)))
@@ -589,6 +606,19 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             ">= 40% raw",
             None,
             0.40,
+        ),
+        Row(
+            "load_snap",
+            f"load a 1000-event aggregate with a snapshot at its head ({loads} loads, "
+            "`load` after `forget`)",
+            "loads/s",
+            {
+                "reventless": arun(_rv_load, 1000, loads, 100),
+                "eventsourcing": lambda p: _es_load(p, 1000, loads, True),
+                "raw": lambda p: _raw_load_any(p, 1000, loads),
+            },
+            ">= 1x es",
+            1.0,
         ),
         Row(
             "many_new",

@@ -643,8 +643,16 @@ class Database:
             if timer is not None:
                 timer.cancel()
 
-    def read_sync(self, fn: Callable[[Connection], T], deadline: Deadline | None = None) -> T:
-        """Run ``fn`` in one read transaction (a consistent snapshot) on the calling thread."""
+    def read_sync(
+        self,
+        fn: Callable[[Connection], T],
+        deadline: Deadline | None = None,
+        *,
+        autocommit: bool = False,
+    ) -> T:
+        """Run ``fn`` in one read transaction (a consistent snapshot) on the calling thread.
+        ``autocommit`` (PostgreSQL, ``read_point``): no transaction, ``fn`` reads with one
+        statement on the connection's DBAPI cursor."""
         if self.is_memory:  # the one shared connection, used by the writer thread
             return self.write_sync(fn)
         for attempt in (1, 2):
@@ -655,8 +663,16 @@ class Database:
                     self._reader_conns.append(conn)
                 if deadline is not None:
                     deadline.arm(_fileno(conn))
+                if autocommit:
+                    return _autocommit(conn, fn)
                 with conn.begin():
                     return fn(conn)
+            except _LostConnection as lost:
+                # as below: the server closed the connection (restarted, killed it)
+                timed_out = deadline is not None and deadline.expired
+                if attempt == 1 and not timed_out:
+                    continue
+                raise StoreError(f"store read failed: {lost.__cause__}") from lost.__cause__
             except sa.exc.OperationalError as exc:
                 # A read is safe to repeat once on a fresh connection (server restarted,
                 # connection killed); a second failure is reported, as is a timeout.
@@ -678,10 +694,17 @@ class Database:
     async def read_point(self, fn: Callable[[Connection], T]) -> T:
         """``read`` for a short point read (an aggregate's snapshot and tail): on a SQLite
         file it runs on the calling thread, where it costs less than the hop to a reader
-        thread (a WAL reader never waits for the writer); elsewhere it is ``read``."""
+        thread (a WAL reader never waits for the writer). On PostgreSQL ``fn`` runs on a
+        reader thread with no transaction around it (no BEGIN and COMMIT: two round trips
+        fewer), so it must read with one statement, which sees one consistent snapshot
+        of the database. In memory it is ``read``."""
         if self.is_sqlite and not self.is_memory and self._readers is not None:
             return self.read_sync(fn)
-        return await self.read(fn)
+        if self._readers is None:
+            raise StoreError("store is not open")
+        if self.is_sqlite:
+            return await self.read(fn)
+        return await self._timed(self._readers, partial(self.read_sync, fn, autocommit=True))
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one read transaction on a reader thread."""
@@ -713,6 +736,30 @@ class Database:
         if not self.is_sqlite:  # PostgreSQL
             return f"{column} = ANY({self.mark})", [list(values)]
         return f"{column} IN ({self.placeholders(len(values))})", list(values)
+
+
+class _LostConnection(Exception):
+    """``_autocommit``'s connection is gone (its cause: the driver's error); it has been
+    invalidated, so the next read opens another."""
+
+
+def _autocommit(conn: Connection, fn: Callable[[Connection], T]) -> T:
+    """``fn(conn)`` with the DBAPI connection (psycopg) in autocommit: each statement is
+    its own transaction, with no BEGIN or COMMIT sent. The connection is back out of
+    autocommit afterwards, for the reads in transactions that share it.
+    ``_LostConnection`` when the connection broke (the driver's error is its cause)."""
+    dbapi: Any = conn.connection.dbapi_connection
+    dbapi.autocommit = True
+    try:
+        return fn(conn)
+    except Exception as exc:
+        if not (getattr(dbapi, "broken", False) or getattr(dbapi, "closed", False)):
+            raise
+        conn.invalidate()
+        raise _LostConnection() from exc
+    finally:
+        if not conn.invalidated:
+            dbapi.autocommit = False
 
 
 def _wal(cur: Any) -> None:

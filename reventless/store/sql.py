@@ -23,7 +23,16 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..codec import AGGREGATE_AT, META_NAMES, META_SQL_KINDS, VERSION_AT
+from ..codec import (
+    AGGREGATE_AT,
+    META_NAMES,
+    META_SQL_KINDS,
+    MSG_ID_AT,
+    OFFSET_AT,
+    ROW_IDX_AT,
+    TYPE_AT,
+    VERSION_AT,
+)
 from ..errors import SchemaMismatchError, StoreError
 from ..ids import now_us
 from ..tags import Query
@@ -78,6 +87,8 @@ class _TopicTable:
     topic: TopicDef
     info: TableInfo
     select_sql: str
+    #: PostgreSQL's ``load`` in one statement (``_load_sql``); None on SQLite.
+    load_sql: str | None = None
 
     @property
     def table(self) -> str:
@@ -242,7 +253,10 @@ class SqlEventStore:
             rowid_offset=rowid_offset,
         )
         self._topics[topic.name] = _TopicTable(
-            topic=topic, info=info, select_sql=f"SELECT {col_list} FROM {q(table)}"
+            topic=topic,
+            info=info,
+            select_sql=f"SELECT {col_list} FROM {q(table)}",
+            load_sql=None if self.db.is_sqlite else _load_sql(q, table, names),
         )
 
     async def register(self, topic: TopicDef) -> bool:
@@ -715,6 +729,21 @@ class SqlEventStore:
     ) -> tuple[tuple[int, str, str] | None, list[StoredRow]]:
         """The aggregate's snapshot ``(version, fingerprint, state)`` and the rows after it."""
         entry = self._entry(topic)
+        if entry.load_sql is not None:  # PostgreSQL: one statement (see _load_sql)
+            load_sql = entry.load_sql
+
+            def one(conn: Connection) -> tuple[tuple[int, str, str] | None, list[StoredRow]]:
+                cur = raw_cursor(conn)
+                cur.execute(load_sql, (aggregate_id, topic, aggregate_id, topic, aggregate_id))
+                rows: list[StoredRow] = cur.fetchall()
+                if not rows or rows[0][OFFSET_AT] is not None:
+                    return None, rows
+                s = rows[0]  # the snapshot's row
+                snap = (int(s[_SNAP_VERSION_AT]), s[_SNAP_FINGERPRINT_AT], s[_SNAP_STATE_AT])
+                del rows[0]
+                return snap, rows
+
+            return await self.db.read_point(one)
         mark = self.db.mark
         snap_sql = (
             "SELECT version, fingerprint, state FROM rv_snapshots "
@@ -895,6 +924,30 @@ def _offset_is_rowid(conn: Connection, table: str) -> bool:
 def quote_text(name: str) -> str:
     """``name`` as a SQL string literal."""
     return "'" + name.replace("'", "''") + "'"
+
+
+#: Where ``_load_sql``'s snapshot row carries the snapshot (columns of the rows' own
+#: types: bigint, text, text): its version, fingerprint and state.
+_SNAPSHOT_AS = {"_row_idx": "version", "_type": "fingerprint", "_msg_id": "state"}
+_SNAP_VERSION_AT, _SNAP_FINGERPRINT_AT, _SNAP_STATE_AT = ROW_IDX_AT, TYPE_AT, MSG_ID_AT
+
+
+def _load_sql(q: Callable[[str], str], table: str, names: Sequence[str]) -> str:
+    """PostgreSQL's ``load`` of an aggregate as one statement, so one round trip with no
+    transaction around it (one statement reads one consistent snapshot of the database):
+    the aggregate's snapshot, if it has one, as a first row of the same columns (NULL
+    ``_offset`` and ``_version``; version, fingerprint and state where ``_SNAPSHOT_AS``
+    puts them), then the rows after it by version. No column is added to the rows, so a
+    long tail costs no more than its own query. Parameters: aggregate id, topic,
+    aggregate id, topic, aggregate id."""
+    snapshot = "FROM rv_snapshots WHERE topic = %s AND aggregate_id = %s"
+    cols = ", ".join(q(n) for n in names)
+    as_rows = ", ".join(_SNAPSHOT_AS.get(n, "NULL") for n in names)
+    return (
+        f"SELECT {cols} FROM {q(table)} WHERE _aggregate_id = %s "
+        f"AND _version > COALESCE((SELECT version {snapshot}), 0) "
+        f"UNION ALL SELECT {as_rows} {snapshot} ORDER BY _version NULLS FIRST"
+    )
 
 
 def raw_cursor(conn: Connection) -> Any:
