@@ -216,16 +216,20 @@ class SqlCollectorStore:
             and apply is None
             and not failed
             and not schedules
-            and loop_is_alone()
-            and self.db.try_inline_write()
         ):
-            # Only a checkpoint moves (a page of side effects or batch handlers): on a
-            # SQLite file whose write lock is free, with no other task ready to run, its
-            # one statement commits on the loop's thread, as a lone append does. The hop
-            # to the writer thread and back cost ~1 ms a page while helpers read ahead.
-            # (a failure rolls back and is the writer's typed error: ``write_raw_sync``)
-            self.db.write_raw_sync(partial(self._advance, component, progress), locked=True)
-            return True
+            # Only a checkpoint moves (a page of side effects or batch handlers): one
+            # statement. On a SQLite file whose write lock is free, with no other task
+            # ready to run, it commits on the loop's thread, as a lone append does (the
+            # hop to the writer thread and back cost ~1 ms a page while helpers read
+            # ahead; a failure rolls back and is the writer's typed error). On PostgreSQL
+            # it is its own transaction: one round trip instead of BEGIN, it and COMMIT.
+            advance = partial(self._advance, component, progress)
+            if not self.db.is_sqlite:
+                await self.db.write_statement(advance)
+                return True
+            if loop_is_alone() and self.db.try_inline_write():
+                self.db.write_raw_sync(advance, locked=True)
+                return True
 
         def work(conn: Connection) -> bool:
             if progress is not None and progress.fence is not None:

@@ -559,6 +559,46 @@ class Database:
             if lock is not None:
                 lock.release()
 
+    async def write_statement(self, fn: Callable[[Any], T]) -> T:
+        """A write of one statement, its own transaction: ``fn`` gets a DBAPI cursor. On
+        PostgreSQL it runs on the writer thread with the connection in autocommit (one
+        round trip: no BEGIN and COMMIT around it); elsewhere inside ``write_raw``'s
+        transaction. ``fn`` may read first, but what it writes must be one statement (a
+        failure after it would not roll it back)."""
+        if self.is_sqlite:
+            return await self.write_raw(fn)
+        if self._writer is None:
+            raise StoreError("store is not open")
+        return await self._timed(self._writer, partial(self._statement_sync, fn))
+
+    def _statement_sync(self, fn: Callable[[Any], T], deadline: Deadline | None) -> T:
+        """``write_statement`` on the writer thread (PostgreSQL)."""
+        conn: Connection | None = None
+        try:
+            conn = self._writer_conn()
+            if deadline is not None:
+                deadline.arm(_fileno(conn))
+            dbapi: Any = conn.connection.dbapi_connection
+            dbapi.autocommit = True
+            try:
+                cur = dbapi.cursor()
+                try:
+                    return fn(cur)
+                finally:
+                    cur.close()
+            finally:
+                if not dbapi.closed:  # back to transactions, for write_sync's
+                    dbapi.autocommit = False
+        except sa.exc.OperationalError as exc:
+            raise write_error(exc) from exc
+        except self.operational_errors as exc:  # the connection broke, or a timeout
+            if conn is not None and not conn.closed:
+                conn.invalidate()  # the next transaction opens a fresh connection
+            raise write_error(exc) from exc
+        finally:
+            if deadline is not None:
+                deadline.disarm()
+
     def try_inline_write(self) -> bool:
         """Take the file's write lock if it is free right now (then call
         ``write_raw_sync(fn, locked=True)`` on this thread). Only for SQLite files: a

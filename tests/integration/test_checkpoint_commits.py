@@ -1,11 +1,13 @@
 """A batch that moves only its checkpoint (side effects, batch handlers).
 
 On a SQLite file it commits on the event loop's thread when the write lock is free and
-no other task is ready, as a lone append does (``SqlCollectorStore.commit``); everywhere
-else it goes through the writer. Either way: the stored checkpoint (read back from the
-store) is what landed, a batch that starts behind the stored checkpoint is refused with
-``CheckpointMovedError`` and writes nothing, and a write the database refuses is a typed
-``StoreError`` that leaves the stored checkpoint as it was.
+no other task is ready, as a lone append does (``SqlCollectorStore.commit``), else it
+goes through the writer; on PostgreSQL its one statement is its own transaction on the
+writer (``Database.write_statement``: no BEGIN or COMMIT). Either way: the stored
+checkpoint (read back from the store) is what landed, a batch that starts behind the
+stored checkpoint is refused with ``CheckpointMovedError`` and writes nothing, and a
+write the database refuses is a typed ``StoreError`` that leaves the stored checkpoint
+as it was.
 """
 
 from __future__ import annotations
@@ -23,17 +25,25 @@ from tests.model import Counter, Increment, Incremented
 
 
 class Writes:
-    """Counts the store's hand-offs to its writer thread (``Database.write``)."""
+    """Counts the store's hand-offs to its writer thread: transactions
+    (``Database.write``) and statements of their own (``Database.write_statement``)."""
 
     def __init__(self, db: Any) -> None:
         self.calls = 0
+        self.statements = 0
         self._write = db.write
+        self._statement = db.write_statement
 
         async def write(fn: Any) -> Any:
             self.calls += 1
             return await self._write(fn)
 
+        async def statement(fn: Any) -> Any:
+            self.statements += 1
+            return await self._statement(fn)
+
         db.write = write
+        db.write_statement = statement
 
 
 async def test_checkpoint_only_commits_land_once_and_refuse_a_moved_start(any_url: str) -> None:
@@ -51,11 +61,14 @@ async def test_checkpoint_only_commits_land_once_and_refuse_a_moved_start(any_ur
         assert await collectors.commit("side", Progress("Counter", 1, 3))  # no ``after``
         assert (await collectors.load("side"))[0] == {("Counter", 0): 8, ("Counter", 1): 3}
         # four commits: on a SQLite file some commit on the loop's thread (each one that
-        # finds no other task ready); elsewhere every one goes through the writer
+        # finds no other task ready); in memory every one goes through the writer; on
+        # PostgreSQL each is a statement of its own there
         if any_url.startswith("sqlite:///") and ":memory:" not in any_url:
-            assert writes.calls < 4, writes.calls
+            assert writes.calls < 4 and writes.statements == 0, writes.calls
+        elif any_url.startswith("sqlite"):
+            assert (writes.calls, writes.statements) == (4, 0)
         else:
-            assert writes.calls == 4, writes.calls
+            assert (writes.calls, writes.statements) == (0, 4)
 
 
 async def test_a_checkpoint_commit_the_file_refuses_is_a_store_error(tmp_path: Path) -> None:
@@ -100,3 +113,32 @@ async def test_a_side_effect_catch_up_stores_the_head_as_its_checkpoint(file_url
         stored = (await app.store.collectors.load("seen"))[0]
     assert sorted(seen) == list(range(1, 51))  # each once
     assert stored == {("Counter", 0): 50}
+
+
+async def test_a_checkpoint_statement_on_a_killed_connection_is_a_store_error(
+    pg_url: str,
+) -> None:
+    """PostgreSQL: the checkpoint's statement on a connection the server killed is a
+    typed ``StoreError`` that leaves the stored checkpoint as it was, and the next
+    commit, on a new connection, lands (read back from the table)."""
+    import psycopg
+
+    app = rv.App(store=pg_url)
+    app.event_log(Counter)
+    async with app:
+        collectors = app.store.collectors
+        assert await collectors.commit("side", Progress("Counter", 0, 4, after=0))
+        dbname = app.store.db.url.database  # type: ignore[attr-defined]
+        with psycopg.connect(
+            f"host=127.0.0.1 user=postgres dbname={dbname}", autocommit=True
+        ) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (dbname,),
+            )
+        with pytest.raises(rv.StoreError):
+            await collectors.commit("side", Progress("Counter", 0, 9, after=4))
+        assert (await collectors.load("side"))[0] == {("Counter", 0): 4}
+        assert await collectors.commit("side", Progress("Counter", 0, 9, after=4))
+        assert (await collectors.load("side"))[0] == {("Counter", 0): 9}
