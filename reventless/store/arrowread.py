@@ -63,7 +63,11 @@ class ArrowPages:
         ):
             self._helpers = HelperPool(str(db.url.database), int(db.options.busy_timeout_ms))
         self._idle: list[Any] = []
+        #: Connections ``warm`` is opening.
+        self._warming = 0
         self._lock = threading.Lock()
+        #: Notified when a connection ``warm`` opened is ready (or failed to open).
+        self._warmed = threading.Condition(self._lock)
         self._closed = False
         #: A failed connect switches to rows until then (monotonic seconds): a server that
         #: is down is not asked again for every page, one that is back is used again.
@@ -95,6 +99,34 @@ class ArrowPages:
             return False
         return self._helpers is None or self._helpers.wanted(remaining)
 
+    def warm(self) -> None:
+        """Open PostgreSQL's reader connections now, in threads of their own, for the
+        pages about to be read (a catch-up at start): an ADBC connection takes ~40 ms to
+        open (~30 ms of it the driver's CPU), and the pages read at once each want one.
+        A SQLite file's helpers start with its first long read; nothing happens here."""
+        if self._driver is None or not self.available:
+            return
+        with self._lock:
+            missing = self.ahead - len(self._idle) - self._warming
+            self._warming += max(0, missing)
+        for _ in range(missing):
+            threading.Thread(target=self._open_idle, name="rv-arrow-warm", daemon=True).start()
+
+    def _open_idle(self) -> None:
+        try:
+            conn = self._connect()
+        except Exception as exc:  # no server: the first page falls back to rows and says so
+            log.debug("opening an Arrow reader connection ahead failed: %s", exc)
+            conn = None
+        with self._lock:
+            self._warming -= 1
+            self._warmed.notify()
+            if conn is not None and not self._closed:
+                self._idle.append(conn)
+                return
+        if conn is not None:
+            _close(conn)
+
     def _connect(self) -> Any:
         driver = self._driver
         assert driver is not None
@@ -109,6 +141,8 @@ class ArrowPages:
         if self._helpers is not None:
             return self._helpers.page(sql, rows, remaining)
         with self._lock:
+            while not self._idle and self._warming and not self._closed:
+                self._warmed.wait()  # one ``warm`` is opening: sooner than opening another
             conn = self._idle.pop() if self._idle else None
         try:
             if conn is None:
@@ -137,6 +171,7 @@ class ArrowPages:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            self._warmed.notify_all()
         for conn in idle:
             _close(conn)
         if self._helpers is not None:

@@ -67,6 +67,11 @@ class EventStore(Protocol):
         processes (a SQLite file's helpers), not where this process reads them."""
         ...
 
+    def warm_columns(self) -> None:
+        """Get ready, in the background, for pages of Arrow columns about to be read
+        (``read_columns``: collectors that read columns, at start); may do nothing."""
+        ...
+
     async def open(self) -> None:
         """Open the store and create its system tables if missing."""
         ...

@@ -167,6 +167,11 @@ class SqlEventStore:
         in this process): rows."""
         return self._arrow.off_process
 
+    def warm_columns(self) -> None:
+        """Get ready for pages of Arrow columns about to be read (``read_columns``):
+        PostgreSQL's reader connections start opening in the background."""
+        self._arrow.warm()
+
     # -- lifecycle -------------------------------------------------------------------------
 
     async def open(self) -> None:
