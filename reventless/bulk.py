@@ -19,7 +19,7 @@ commands on their aggregates, so each aggregate's commands keep their order.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -255,13 +255,7 @@ class BulkExecute:
             # One request per aggregate, its commands' rows in order: the aggregate's
             # commands land together or not at all (a later one was decided on the state
             # the earlier ones left).
-            ids = iter(uuid7_strs(sum(len(e) for runs in planned.values() for _, _, e in runs)))
-            produced = now_us()
-            context = row_context(meta, self.service, tenant)
-            requests = [
-                self._bulk_request(a, states[a], runs, context, ids, produced)
-                for a, runs in planned.items()
-            ]
+            requests = self._bulk_requests(planned, states, row_context(meta, self.service, tenant))
             landed: list[AppendResult | Exception] = []
             if requests:
                 total = sum(len(r.rows) for r in requests)
@@ -300,28 +294,40 @@ class BulkExecute:
         careful.sort()
         return careful
 
-    def _bulk_request(
+    def _bulk_requests(
         self,
-        aggregate_id: str,
-        agg: Aggregate,
-        runs: list[tuple[int, int, list[Event]]],
+        planned: dict[str, list[tuple[int, int, list[Event]]]],
+        states: dict[str, Aggregate],
         context: RowContext,
-        ids: Iterator[str],
-        produced_us: int,
-    ) -> AppendRequest:
-        """The one append of an aggregate's bulk commands (its state ``agg`` after them),
-        with the snapshot they make due. Each command's rows are its own (correlated by
-        its first event, ``_row_idx`` from 0), as ``execute`` would store them."""
-        base = runs[0][1]
-        snapshot = None
-        if self._snapshot_due(base, agg.version):
-            snapshot = (agg.version, self._state_fingerprint, agg.model_dump_json())
-        partition = partition_of(aggregate_id, self.definition.partitions)
-        rows = command_rows(
-            produced_us,
-            ids,
-            context,
-            [(aggregate_id, version, partition, events) for _, version, events in runs],
-            self._encoders,
-        )
-        return AppendRequest(self.name, rows, aggregate_id, base, None, snapshot=snapshot)
+    ) -> list[AppendRequest]:
+        """The one append of each aggregate's bulk commands (``planned``: its commands'
+        index, version decided on and events; ``states``: its state after them), with the
+        snapshot they make due. Each command's rows are its own (correlated by its first
+        event, ``_row_idx`` from 0), as ``execute`` would store them: the window's rows are
+        built in one ``command_rows`` call and cut per aggregate."""
+        parts = self.definition.partitions
+        counts: list[int] = []
+        commands: list[tuple[str, int, int, list[Event]]] = []
+        for aggregate_id, runs in planned.items():
+            partition = partition_of(aggregate_id, parts)
+            n = 0
+            for _, version, events in runs:
+                commands.append((aggregate_id, version, partition, events))
+                n += len(events)
+            counts.append(n)
+        ids = iter(uuid7_strs(sum(counts)))
+        rows = command_rows(now_us(), ids, context, commands, self._encoders)
+        requests: list[AppendRequest] = []
+        at = 0
+        name, due = self.name, self._snapshot_due
+        for (aggregate_id, runs), n in zip(planned.items(), counts, strict=True):
+            base = runs[0][1]
+            agg = states[aggregate_id]
+            snapshot = None
+            if due(base, agg.version):
+                snapshot = (agg.version, self._state_fingerprint, agg.model_dump_json())
+            requests.append(
+                AppendRequest(name, rows[at : at + n], aggregate_id, base, None, snapshot=snapshot)
+            )
+            at += n
+        return requests

@@ -195,10 +195,17 @@ def place(
     """Give the requests' rows consecutive offsets from ``first``."""
     results: list[AppendResult] = []
     all_rows: list[StoredRow] = []
+    add, put = results.append, all_rows.append
     off = first
     for req in reqs:
+        if len(req.rows) == 1:  # (one event: the common case of bulk appends)
+            row = (off, *req.rows[0])
+            add(AppendResult(topic, off, off, [row]))
+            put(row)
+            off += 1
+            continue
         rows = [(off + k, *r) for k, r in enumerate(req.rows)]
-        results.append(AppendResult(topic, off, off + len(rows) - 1, rows))
+        add(AppendResult(topic, off, off + len(rows) - 1, rows))
         off += len(rows)
         all_rows.extend(rows)
     return results, all_rows

@@ -108,7 +108,9 @@ class SqlEventStore:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._topics: dict[str, _TopicTable] = {}
-        self._pending: list[tuple[AppendRequest, asyncio.Future[AppendResult] | _Batch]] = []
+        #: Appends waiting for a group commit, in order: runs of requests (one for an
+        #: ``append``, an ``append_many``'s whole), where their outcomes go, their rows.
+        self._pending: deque[tuple[list[AppendRequest], _Sink, int]] = deque()
         self._drainer: asyncio.Task[None] | None = None
         #: Appends committed inline since the loop last took a turn (see ``append``).
         self._inline_run = 0
@@ -391,7 +393,7 @@ class SqlEventStore:
             return out
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[AppendResult] = loop.create_future()
-        self._pending.append((request, fut))
+        self._pending.append(([request], fut, len(request.rows)))
         if self._drainer is None:
             self._drainer = loop.create_task(self._drain())
         return await fut
@@ -406,67 +408,73 @@ class SqlEventStore:
         to ``_MAX_GROUP`` requests or ``_MAX_GROUP_ROWS`` rows); each one's outcome in its
         slot. Conditional and DCB requests are their own transactions, as in ``append``."""
         loop = asyncio.get_running_loop()
-        outcomes: list[AppendResult | Exception | None] = [None] * len(requests)
+        guarded_topics: dict[str, bool] = {}  # topic -> a DCB log
         alone: dict[int, asyncio.Task[AppendResult]] = {}
-        queued: list[int] = []
         for i, req in enumerate(requests):
-            if guarded(req, self._entry(req.topic).info):
+            dcb = guarded_topics.get(req.topic)
+            if dcb is None:
+                info = self._entry(req.topic).info
+                dcb = guarded_topics[req.topic] = info.tags is not None and info.tags.guarded
+            if dcb or req.condition is not None:
                 alone[i] = loop.create_task(self.append(req))
-            else:
-                queued.append(i)
+        queued = (
+            list(requests) if not alone else [r for i, r in enumerate(requests) if i not in alone]
+        )
+        outcomes: list[AppendResult | Exception] = []
         if queued:
-            # one future for the queued requests, not one each (see _Batch)
+            # one run and one future for the queued requests, not one each (see _Batch)
             batch = _Batch(len(queued), loop.create_future())
-            self._pending += [(requests[i], batch) for i in queued]
+            self._pending.append((queued, batch, sum(len(r.rows) for r in queued)))
             if self._drainer is None:
                 self._drainer = loop.create_task(self._drain())
-            for i, out in zip(queued, await batch.done, strict=True):
-                outcomes[i] = out
-        for i, task in alone.items():
+            outcomes = await batch.done
+        if not alone:
+            return outcomes
+        landed = iter(outcomes)
+        out: list[AppendResult | Exception] = []
+        for i in range(len(requests)):
+            task = alone.get(i)
+            if task is None:
+                out.append(next(landed))
+                continue
             try:
-                outcomes[i] = await task
+                out.append(await task)
             except Exception as exc:
-                outcomes[i] = exc
-        return [o for o in outcomes if o is not None]
+                out.append(exc)
+        return out
 
     async def _drain(self) -> None:
         try:
             while self._pending:
-                take, rows = 0, 0
-                while take < min(len(self._pending), _MAX_GROUP) and (
-                    not take or rows < _MAX_GROUP_ROWS
-                ):
-                    rows += len(self._pending[take][0].rows)
-                    take += 1
-                batch = self._pending[:take]
-                del self._pending[:take]
-                reqs = [r for r, _ in batch]
+                reqs, sinks = take_group(self._pending)
                 work = partial(self._appender.group, reqs=reqs)
                 try:
                     if self._async is not None:
                         outcomes = await self._async.group(reqs)
-                    elif len(batch) == 1 and self.db.try_inline_write():
+                    elif len(reqs) == 1 and self.db.try_inline_write():
                         outcomes = self.db.write_raw_sync(work, locked=True)
                     else:
                         outcomes = await self.db.write_raw(work)
                 except BaseException as exc:
-                    for _, sink in batch:
+                    for sink, count in sinks:
                         if isinstance(sink, _Batch):
-                            sink.fail(exc)
+                            sink.fail(exc, count)
                         elif not sink.done():
                             sink.set_exception(exc)
                     if not isinstance(exc, Exception):
                         raise
                     continue
-                for (_, sink), out in zip(batch, outcomes, strict=True):
+                at = 0
+                for sink, count in sinks:
                     if isinstance(sink, _Batch):
-                        sink.put(out)
-                    elif sink.done():  # its caller was cancelled: the append landed all the same
-                        continue
-                    elif isinstance(out, AppendResult):
-                        sink.set_result(out)
-                    else:
-                        sink.set_exception(out)
+                        sink.put(outcomes[at : at + count])
+                    elif not sink.done():  # (else its caller was cancelled: it landed anyway)
+                        out = outcomes[at]
+                        if isinstance(out, AppendResult):
+                            sink.set_result(out)
+                        else:
+                            sink.set_exception(out)
+                    at += count
                 self._settle(reqs, outcomes)
         finally:
             self._drainer = None
@@ -475,18 +483,23 @@ class SqlEventStore:
         self, reqs: list[AppendRequest], outcomes: Sequence[AppendResult | Exception]
     ) -> None:
         """After a group commit: heads, change signals, the commit listeners (the relay)."""
-        done: list[AppendResult] = []
-        scheduled = False
-        for req, out in zip(reqs, outcomes, strict=True):
-            if isinstance(out, AppendResult) and not out.duplicate:
-                done.append(out)
-                scheduled = scheduled or bool(req.schedules)
-                if out.last_offset > self.known_heads.get(out.topic, 0):
-                    self.known_heads[out.topic] = out.last_offset
+        done = [o for o in outcomes if isinstance(o, AppendResult) and not o.duplicate]
         if done:
+            heads = self.known_heads
+            if len({o.topic for o in done}) == 1:  # offsets rise within a topic's group
+                last = done[-1]
+                if last.last_offset > heads.get(last.topic, 0):
+                    heads[last.topic] = last.last_offset
+            else:
+                for out in done:
+                    if out.last_offset > heads.get(out.topic, 0):
+                        heads[out.topic] = out.last_offset
             self._signal()
-        if scheduled:
-            self.schedules.signal()
+            if any(r.schedules for r in reqs) and any(
+                r.schedules and isinstance(o, AppendResult) and not o.duplicate
+                for r, o in zip(reqs, outcomes, strict=True)
+            ):
+                self.schedules.signal()
         for listener in self.commit_listeners:
             try:
                 listener(done)
@@ -895,8 +908,8 @@ def heads_sync(db: Database, conn: Connection) -> dict[str, int]:
 class _Batch:
     """The outcomes of one ``append_many``'s queued requests, under one future (not one
     per request). Groups take requests from the queue in order, so the outcomes arrive
-    in the order the requests were queued: each is appended, and the future is done with
-    the last one (or with an error that is not an ``Exception``, which it raises)."""
+    in the order the requests were queued: each group's are added, and the future is done
+    with the last (or with an error that is not an ``Exception``, which it raises)."""
 
     __slots__ = ("done", "outcomes", "size")
 
@@ -905,16 +918,56 @@ class _Batch:
         self.done = done
         self.outcomes: list[AppendResult | Exception] = []
 
-    def put(self, out: AppendResult | Exception) -> None:
-        self.outcomes.append(out)
+    def put(self, outs: Sequence[AppendResult | Exception]) -> None:
+        self.outcomes += outs
         if len(self.outcomes) == self.size and not self.done.done():
             self.done.set_result(self.outcomes)
 
-    def fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException, count: int) -> None:
+        """``count`` of the requests failed with ``exc``."""
         if isinstance(exc, Exception):
-            self.put(exc)
+            self.put([exc] * count)
         elif not self.done.done():  # (its caller was cancelled: nothing to tell)
             self.done.set_exception(exc)
+
+
+#: Where a queued run's outcomes go: an ``append``'s future, or an ``append_many``'s batch.
+_Sink = asyncio.Future[AppendResult] | _Batch
+
+
+def take_group(
+    pending: deque[tuple[list[AppendRequest], _Sink, int]],
+) -> tuple[list[AppendRequest], list[tuple[_Sink, int]]]:
+    """The next group commit's requests, taken in order from the head of ``pending``
+    (the store's queue: runs of requests, each with its sink and row count), and where
+    their outcomes go: each sink with its count of requests. Up to ``_MAX_GROUP``
+    requests, and none more once ``_MAX_GROUP_ROWS`` rows are taken: as taking the
+    requests one by one would, but a run that fits whole costs no step per request. A
+    run taken in part stays at the head with the rest."""
+    reqs: list[AppendRequest] = []
+    sinks: list[tuple[_Sink, int]] = []
+    rows = 0
+    while pending and len(reqs) < _MAX_GROUP and (not reqs or rows < _MAX_GROUP_ROWS):
+        run, sink, n = pending[0]
+        if len(reqs) + len(run) <= _MAX_GROUP and rows + n - len(run[-1].rows) < _MAX_GROUP_ROWS:
+            # the whole run: each of its requests comes before the row limit is reached
+            # (the last may cross it)
+            pending.popleft()
+            reqs += run
+            sinks.append((sink, len(run)))
+            rows += n
+            continue
+        take = 0  # the run's requests one by one, while they fit
+        while take < len(run) and len(reqs) < _MAX_GROUP and (not reqs or rows < _MAX_GROUP_ROWS):
+            rows += len(run[take].rows)
+            reqs.append(run[take])
+            take += 1
+        sinks.append((sink, take))
+        if take == len(run):
+            pending.popleft()
+        else:
+            pending[0] = (run[take:], sink, n - sum(len(r.rows) for r in run[:take]))
+    return reqs, sinks
 
 
 def _offset_is_rowid(conn: Connection, table: str) -> bool:
