@@ -221,15 +221,15 @@ class SqlCollectorStore:
             # statement. On a SQLite file whose write lock is free, with no other task
             # ready to run, it commits on the loop's thread, as a lone append does (the
             # hop to the writer thread and back cost ~1 ms a page while helpers read
-            # ahead; a failure rolls back and is the writer's typed error). On PostgreSQL
-            # it is its own transaction: one round trip instead of BEGIN, it and COMMIT.
+            # ahead; a failure rolls back and is the writer's typed error); else on the
+            # writer, in a transaction of plain BEGIN and COMMIT. On PostgreSQL it is its
+            # own transaction: one round trip instead of BEGIN, it and COMMIT.
             advance = partial(self._advance, component, progress)
-            if not self.db.is_sqlite:
-                await self.db.write_statement(advance)
-                return True
-            if loop_is_alone() and self.db.try_inline_write():
+            if self.db.is_sqlite and loop_is_alone() and self.db.try_inline_write():
                 self.db.write_raw_sync(advance, locked=True)
-                return True
+            else:
+                await self.db.write_statement(advance)
+            return True
 
         def work(conn: Connection) -> bool:
             if progress is not None and progress.fence is not None:
