@@ -2,12 +2,12 @@
 
 On a SQLite file it commits on the event loop's thread when the write lock is free and
 no other task is ready, as a lone append does (``SqlCollectorStore.commit``), else it
-goes through the writer in plain BEGIN and COMMIT; on PostgreSQL its one statement is its own transaction on the
-writer (``Database.write_statement``: no BEGIN or COMMIT). Either way: the stored
-checkpoint (read back from the store) is what landed, a batch that starts behind the
-stored checkpoint is refused with ``CheckpointMovedError`` and writes nothing, and a
-write the database refuses is a typed ``StoreError`` that leaves the stored checkpoint
-as it was.
+goes through the writer in plain BEGIN and COMMIT; on PostgreSQL its one statement is
+its own transaction on the writer (``Database.write_statement``: no BEGIN or COMMIT).
+Either way: the stored checkpoint (read back from the store) is what landed, a batch
+that starts behind the stored checkpoint is refused with ``CheckpointMovedError`` and
+writes nothing, and a write the database refuses is a typed ``StoreError`` that leaves
+the stored checkpoint as it was.
 """
 
 from __future__ import annotations
