@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import os
@@ -768,13 +769,17 @@ class Database:
         """This driver's parameter mark (``?`` or ``%s``)."""
         return "?" if self.paramstyle == "qmark" else "%s"
 
-    def member_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
-        """``column`` is one of ``values``: the condition and its parameters. On
-        PostgreSQL ``= ANY(%s)`` with one array parameter (a long ``IN`` list costs the
-        server ~5x more to parse and plan: 20 against 3 us per id at 500 ids); elsewhere
-        an ``IN`` list of marks."""
+    def member_of(self, column: str, values: Sequence[str]) -> tuple[str, list[Any]]:
+        """``column`` (of text) is one of ``values``: the condition and its parameters.
+        On PostgreSQL ``= ANY(...)`` of one parameter, the values as a JSON array: a long
+        ``IN`` list costs the server ~5x more to parse and plan (20 against 3 us per id
+        at 500 ids), and psycopg takes ~1 us per element to send a list as an array
+        (one JSON text: ~0.05 us). Elsewhere an ``IN`` list of marks."""
         if not self.is_sqlite:  # PostgreSQL
-            return f"{column} = ANY({self.mark})", [list(values)]
+            return (
+                f"{column} = ANY(ARRAY(SELECT json_array_elements_text({self.mark}::json)))",
+                [json.dumps(list(values))],
+            )
         return f"{column} IN ({self.placeholders(len(values))})", list(values)
 
 

@@ -796,6 +796,12 @@ class SqlEventStore:
         ) -> dict[str, tuple[tuple[int, str, str] | None, list[StoredRow]]]:
             out: dict[str, tuple[tuple[int, str, str] | None, list[StoredRow]]] = {}
             cur = raw_cursor(conn)
+            if not self.db.is_sqlite:
+                # Index lookups of the ids whatever the table's statistics say: a table
+                # that grew since autovacuum last analyzed it (a bulk load, a new store)
+                # looks small to the planner, which then scans it whole for the ids'
+                # rows, on every call (4 ms a window at 20,000 rows, growing with them).
+                cur.execute("SET LOCAL enable_seqscan = off")
             step = _LOAD_CHUNK if self.db.is_sqlite else _LOAD_CHUNK_PG
             for at in range(0, len(ids), step):
                 chunk = ids[at : at + step]
@@ -820,7 +826,9 @@ class SqlEventStore:
                     out[a] = (snaps.get(a), rows[a])
             return out
 
-        return await self.db.read_point(work)
+        if self.db.is_sqlite:
+            return await self.db.read_point(work)
+        return await self.db.read(work)  # (a transaction: for the SET LOCAL)
 
     async def save_snapshot(
         self, topic: str, aggregate_id: str, version: int, fingerprint: str, state: str
