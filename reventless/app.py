@@ -458,6 +458,11 @@ class App:
         await self.broker.close()
         await self.store.close()
         self._collectors.clear()
+        # Cached aggregate states go (a restart reloads them): what an App stopped for
+        # good keeps alive is then only itself, even where ``gc_freeze`` froze it at start
+        # (the first App of a process) and its reference cycles are never collected.
+        for log_ in self._logs.values():
+            log_.forget()
         self._started = False
         log.info("app stopped", extra=telemetry.fields("app"))
 

@@ -54,3 +54,42 @@ def test_the_catch_up_at_start_runs_with_the_startup_objects_frozen(tmp_path: Pa
     )
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.strip()) > 10_000  # the modules' objects, frozen before it
+
+
+DROPPED = textwrap.dedent(
+    """
+    import asyncio, gc, sys
+    import reventless as rv
+    from tests.model import Counter, Increment
+
+    async def main(url):
+        app = rv.App(store=url)  # the process's first App: frozen at its start
+        log = app.event_log(Counter)
+        async with app:
+            await log.execute_many((f"c-{i}", Increment()) for i in range(2000))
+            assert len(log._cache) == 2000  # cached while it runs
+        assert gc.get_freeze_count() > 10_000
+
+    asyncio.run(main(sys.argv[1]))
+    gc.collect()
+    print(sum(1 for o in gc.get_objects() if isinstance(o, Counter)))
+    """
+)
+
+
+def test_a_stopped_app_frozen_at_its_start_keeps_no_aggregate_state(tmp_path: Path) -> None:
+    """The first App of a process is frozen with the start-up objects (its own among
+    them), so the cyclic collector never frees it. Its cached aggregate states go at
+    stop: none is left alive once the App is dropped."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", DROPPED, url],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.strip()) == 0
