@@ -486,10 +486,10 @@ class SqlEventStore:
         done = [o for o in outcomes if isinstance(o, AppendResult) and not o.duplicate]
         if done:
             heads = self.known_heads
-            if len({o.topic for o in done}) == 1:  # offsets rise within a topic's group
-                last = done[-1]
-                if last.last_offset > heads.get(last.topic, 0):
-                    heads[last.topic] = last.last_offset
+            if len({o.topic for o in done}) == 1:  # (a group of one topic: one pass in C)
+                topic, last = done[0].topic, max(o.last_offset for o in done)
+                if last > heads.get(topic, 0):
+                    heads[topic] = last
             else:
                 for out in done:
                     if out.last_offset > heads.get(out.topic, 0):
