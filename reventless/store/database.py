@@ -536,8 +536,15 @@ class Database:
                 "hashtext(coalesce(current_schema(), '')))"
             )
 
-    def write_sync(self, fn: Callable[[Connection], T], deadline: Deadline | None = None) -> T:
-        """Run ``fn`` in one write transaction (call on the writer thread)."""
+    def write_sync(
+        self,
+        fn: Callable[[Connection], T],
+        deadline: Deadline | None = None,
+        *,
+        autocommit: bool = False,
+    ) -> T:
+        """Run ``fn`` in one write transaction (call on the writer thread).
+        ``autocommit`` (PostgreSQL, ``write_statement``): no transaction around it."""
         lock = self._write_lock
         if lock is not None:
             lock.acquire()
@@ -546,6 +553,8 @@ class Database:
             conn = self._writer_conn()
             if deadline is not None:
                 deadline.arm(_fileno(conn))
+            if autocommit:
+                return _in_autocommit(conn, fn)
             with conn.begin():
                 return fn(conn)
         except sa.exc.OperationalError as exc:
@@ -570,35 +579,17 @@ class Database:
             return await self.write_raw(fn)
         if self._writer is None:
             raise StoreError("store is not open")
-        return await self._timed(self._writer, partial(self._statement_sync, fn))
 
-    def _statement_sync(self, fn: Callable[[Any], T], deadline: Deadline | None) -> T:
-        """``write_statement`` on the writer thread (PostgreSQL)."""
-        conn: Connection | None = None
-        try:
-            conn = self._writer_conn()
-            if deadline is not None:
-                deadline.arm(_fileno(conn))
-            dbapi: Any = conn.connection.dbapi_connection
-            dbapi.autocommit = True
+        def on_cursor(conn: Connection) -> T:
+            cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
-                cur = dbapi.cursor()
-                try:
-                    return fn(cur)
-                finally:
-                    cur.close()
+                return fn(cur)
             finally:
-                if not dbapi.closed:  # back to transactions, for write_sync's
-                    dbapi.autocommit = False
-        except sa.exc.OperationalError as exc:
-            raise write_error(exc) from exc
-        except self.operational_errors as exc:  # the connection broke, or a timeout
-            if conn is not None and not conn.closed:
-                conn.invalidate()  # the next transaction opens a fresh connection
-            raise write_error(exc) from exc
-        finally:
-            if deadline is not None:
-                deadline.disarm()
+                cur.close()
+
+        return await self._timed(
+            self._writer, lambda d: self.write_sync(on_cursor, d, autocommit=True)
+        )
 
     def try_inline_write(self) -> bool:
         """Take the file's write lock if it is free right now (then call
@@ -786,6 +777,19 @@ class Database:
 class _LostConnection(Exception):
     """``_autocommit``'s connection is gone (its cause: the driver's error); it has been
     invalidated, so the next read opens another."""
+
+
+def _in_autocommit(conn: Connection, fn: Callable[[Connection], T]) -> T:
+    """``fn(conn)`` with the DBAPI connection (psycopg) in autocommit, and back to
+    transactions afterwards, for the writes in transactions that share it (unless it
+    closed: the caller invalidates it)."""
+    dbapi: Any = conn.connection.dbapi_connection
+    dbapi.autocommit = True
+    try:
+        return fn(conn)
+    finally:
+        if not dbapi.closed:
+            dbapi.autocommit = False
 
 
 def _autocommit(conn: Connection, fn: Callable[[Connection], T]) -> T:

@@ -21,6 +21,7 @@ import pytest
 import reventless as rv
 from reventless.errors import CheckpointMovedError
 from reventless.store.collector import Progress
+from tests.integration.test_postgres import kill_connections
 from tests.model import Counter, Increment, Incremented
 
 
@@ -121,22 +122,12 @@ async def test_a_checkpoint_statement_on_a_killed_connection_is_a_store_error(
     """PostgreSQL: the checkpoint's statement on a connection the server killed is a
     typed ``StoreError`` that leaves the stored checkpoint as it was, and the next
     commit, on a new connection, lands (read back from the table)."""
-    import psycopg
-
     app = rv.App(store=pg_url)
     app.event_log(Counter)
     async with app:
         collectors = app.store.collectors
         assert await collectors.commit("side", Progress("Counter", 0, 4, after=0))
-        dbname = app.store.db.url.database  # type: ignore[attr-defined]
-        with psycopg.connect(
-            f"host=127.0.0.1 user=postgres dbname={dbname}", autocommit=True
-        ) as admin:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (dbname,),
-            )
+        kill_connections(app.store.db.url.database)  # type: ignore[attr-defined]
         with pytest.raises(rv.StoreError):
             await collectors.commit("side", Progress("Counter", 0, 9, after=4))
         assert (await collectors.load("side"))[0] == {("Counter", 0): 4}

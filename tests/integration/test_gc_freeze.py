@@ -41,11 +41,12 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_the_catch_up_at_start_runs_with_the_startup_objects_frozen(tmp_path: Path) -> None:
+def printed(script: str, tmp_path: Path) -> int:
+    """The number ``script`` prints, run in a process of its own on a SQLite file."""
     url = f"sqlite:///{tmp_path / 'store.db'}"
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, url],
+        [sys.executable, "-c", script, url],
         cwd=root,
         capture_output=True,
         text=True,
@@ -53,7 +54,11 @@ def test_the_catch_up_at_start_runs_with_the_startup_objects_frozen(tmp_path: Pa
         check=False,
     )
     assert out.returncode == 0, out.stderr
-    assert int(out.stdout.strip()) > 10_000  # the modules' objects, frozen before it
+    return int(out.stdout.strip())
+
+
+def test_the_catch_up_at_start_runs_with_the_startup_objects_frozen(tmp_path: Path) -> None:
+    assert printed(SCRIPT, tmp_path) > 10_000  # the modules' objects, frozen before it
 
 
 DROPPED = textwrap.dedent(
@@ -81,15 +86,4 @@ def test_a_stopped_app_frozen_at_its_start_keeps_no_aggregate_state(tmp_path: Pa
     """The first App of a process is frozen with the start-up objects (its own among
     them), so the cyclic collector never frees it. Its cached aggregate states go at
     stop: none is left alive once the App is dropped."""
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    root = Path(__file__).resolve().parents[2]
-    out = subprocess.run(
-        [sys.executable, "-c", DROPPED, url],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    assert int(out.stdout.strip()) == 0
+    assert printed(DROPPED, tmp_path) == 0

@@ -64,22 +64,25 @@ async def test_unique_violation_is_the_framework_concurrency_error(pg_url: str) 
             await log.append("a", [Incremented()], expected_version=0)
 
 
-async def test_killed_connections_give_a_typed_error_and_recover(pg_url: str) -> None:
+def kill_connections(dbname: str | None) -> None:
+    """Terminate every other connection to database ``dbname`` (as a server restart or
+    an administrator would)."""
     import psycopg
 
+    with psycopg.connect(f"host=127.0.0.1 user=postgres dbname={dbname}", autocommit=True) as c:
+        c.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (dbname,),
+        )
+
+
+async def test_killed_connections_give_a_typed_error_and_recover(pg_url: str) -> None:
     app = rv.App(store=pg_url)
     log = app.event_log(Counter)
     async with app:
         await log.execute("a", Increment())
-        dbname = app.store.db.url.database
-        with psycopg.connect(
-            f"host=127.0.0.1 user=postgres dbname={dbname}", autocommit=True
-        ) as admin:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (dbname,),
-            )
+        kill_connections(app.store.db.url.database)
         outcomes = []
         for _ in range(3):
             try:
