@@ -780,35 +780,34 @@ class _LostConnection(Exception):
 
 
 def _in_autocommit(conn: Connection, fn: Callable[[Connection], T]) -> T:
-    """``fn(conn)`` with the DBAPI connection (psycopg) in autocommit, and back to
-    transactions afterwards, for the writes in transactions that share it (unless it
-    closed: the caller invalidates it)."""
+    """``fn(conn)`` with the DBAPI connection (psycopg) in autocommit: each statement is
+    its own transaction, with no BEGIN or COMMIT sent. The connection is back to
+    transactions afterwards, for the reads or writes in transactions that share it
+    (unless it broke: its caller invalidates it)."""
     dbapi: Any = conn.connection.dbapi_connection
     dbapi.autocommit = True
     try:
         return fn(conn)
     finally:
-        if not dbapi.closed:
+        if not (conn.invalidated or _broken(dbapi)):
             dbapi.autocommit = False
+
+
+def _broken(dbapi: Any) -> bool:
+    """Whether a DBAPI connection (psycopg) lost its server or was closed."""
+    return bool(getattr(dbapi, "broken", False) or getattr(dbapi, "closed", False))
 
 
 def _autocommit(conn: Connection, fn: Callable[[Connection], T]) -> T:
-    """``fn(conn)`` with the DBAPI connection (psycopg) in autocommit: each statement is
-    its own transaction, with no BEGIN or COMMIT sent. The connection is back out of
-    autocommit afterwards, for the reads in transactions that share it.
-    ``_LostConnection`` when the connection broke (the driver's error is its cause)."""
-    dbapi: Any = conn.connection.dbapi_connection
-    dbapi.autocommit = True
+    """``_in_autocommit`` for a read: ``_LostConnection`` when the connection broke (the
+    driver's error is its cause), the connection invalidated."""
     try:
-        return fn(conn)
+        return _in_autocommit(conn, fn)
     except Exception as exc:
-        if not (getattr(dbapi, "broken", False) or getattr(dbapi, "closed", False)):
+        if not _broken(conn.connection.dbapi_connection):
             raise
         conn.invalidate()
         raise _LostConnection() from exc
-    finally:
-        if not conn.invalidated:
-            dbapi.autocommit = False
 
 
 def _wal(cur: Any) -> None:

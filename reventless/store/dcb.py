@@ -122,9 +122,14 @@ def lock_keys(shared: set[int], exclusive: set[int]) -> list[tuple[str, list[int
     return out
 
 
+def dcb_log(info: TableInfo) -> bool:
+    """Whether the topic of ``info`` is a DCB log (its appends are guarded)."""
+    return info.tags is not None and info.tags.guarded
+
+
 def guarded(req: AppendRequest, info: TableInfo) -> bool:
     """Whether ``req`` goes through the DCB path (a condition, or a DCB log)."""
-    return req.condition is not None or (info.tags is not None and info.tags.guarded)
+    return req.condition is not None or dcb_log(info)
 
 
 # -- SQL ---------------------------------------------------------------------------------
@@ -225,7 +230,7 @@ async def pg_guard(cur: Any, db: Database, info: TableInfo, req: AppendRequest) 
     events' own; exclusive: the condition's), then check the condition (see the module)."""
     cond = req.condition
     shared: set[int] = set()
-    if info.tags is not None and info.tags.guarded:
+    if info.tags is not None and dcb_log(info):
         shared = write_keys(req.topic, req.rows, info.tags.tags_at)
     exclusive, whole = condition_keys(req.topic, cond.query) if cond is not None else (set(), False)
     for sql, keys in lock_keys(shared, exclusive):
@@ -275,7 +280,7 @@ class DcbAppends:
         """Check ``req``'s condition and append it in one transaction; raises
         ``AppendConditionError`` (nothing lands) when the condition fails."""
         info = self.table_of(req.topic)
-        if req.condition is not None and (info.tags is None or not info.tags.guarded):
+        if req.condition is not None and not dcb_log(info):
             raise StoreError(
                 f"topic {req.topic!r}: conditional appends are for DCB logs (App.dcb_log)"
             )

@@ -52,7 +52,7 @@ from .arrowread import ArrowPages
 from .collector import SqlCollectorStore
 from .commands import CommandLookup
 from .database import Database, loop_is_alone
-from .dcb import DcbAppends, guarded, read_query
+from .dcb import DcbAppends, dcb_log, guarded, read_query
 from .ddl import PG_TYPES, evolve, topic_table
 from .keys import Keyring, SqlKeyStore
 from .leases import SqlLeaseStore
@@ -414,7 +414,7 @@ class SqlEventStore:
             dcb = guarded_topics.get(req.topic)
             if dcb is None:
                 info = self._entry(req.topic).info
-                dcb = guarded_topics[req.topic] = info.tags is not None and info.tags.guarded
+                dcb = guarded_topics[req.topic] = dcb_log(info)
             if dcb or req.condition is not None:
                 alone[i] = loop.create_task(self.append(req))
         queued = (
