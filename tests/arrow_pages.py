@@ -19,8 +19,8 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     pages: list[int] = []
     page = ArrowPages.page
 
-    def counted(self: ArrowPages, sql: str, rows: int, remaining: int = 0) -> Any:
-        out = page(self, sql, rows, remaining)
+    def counted(self: ArrowPages, sql: str, rows: int, *more: Any) -> Any:
+        out = page(self, sql, rows, *more)
         pages.append(-1 if out is None else out.num_rows)
         return out
 
@@ -48,8 +48,8 @@ def arrow_widths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     widths: list[int] = []
     page = ArrowPages.page
 
-    def spied(self: ArrowPages, sql: str, rows: int, remaining: int = 0) -> Any:
-        out = page(self, sql, rows, remaining)
+    def spied(self: ArrowPages, sql: str, rows: int, *more: Any) -> Any:
+        out = page(self, sql, rows, *more)
         if out is not None:
             widths.append(out.num_columns)
         return out

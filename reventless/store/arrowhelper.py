@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 import pyarrow as pa
 
@@ -174,6 +174,13 @@ class Helper:
             self.proc.wait()
 
 
+class Asked(NamedTuple):
+    """A page asked of a helper (``HelperPool.ask``): its answer is ``HelperPool.answer``."""
+
+    helper: Helper
+    ticket: int
+
+
 class HelperPool:
     """The helper processes of one SQLite file (started on demand, up to ``HELPERS``)."""
 
@@ -202,18 +209,11 @@ class HelperPool:
         its batches); ``read_batches``, four at a time, gets two."""
         with self._answered:
             while True:
+                asked = self._ask(sql, rows, remaining, start=True)
+                if asked is not None:
+                    break
                 if self._closed:
                     return None
-                self._poll_starting()
-                # pages the helpers could take now (one starting counts as ready)
-                room = sum(DEPTH - h.load for h in self._ready) + DEPTH * len(self._starting)
-                if (
-                    room <= 0
-                    and remaining >= SPAWN_AT
-                    and len(self._starting) + len(self._ready) < HELPERS
-                    and time.monotonic() >= self._retry_at
-                ):
-                    self._start()
                 if not self._ready:
                     if not self._starting or remaining < WAIT_AT:
                         return None
@@ -221,18 +221,53 @@ class HelperPool:
                     # through rows meanwhile, which also slow the helper's start down
                     self._answered.wait(timeout=0.01)
                     continue
-                helper = min(self._ready, key=lambda h: h.load)
-                if helper.load < DEPTH:
-                    try:
-                        ticket = helper.send(sql, rows)
-                    except HelperError as exc:
-                        self._drop(helper, exc)
-                        ticket = -1
-                    helper.load += 1
-                    break
                 # every helper has DEPTH pages to read (a few milliseconds each)
                 if not self._answered.wait(timeout=_WAIT):
                     return None
+        return self.answer(asked)
+
+    def ask(self, sql: str, rows: int, remaining: int) -> Asked | None:
+        """``page``'s request without its wait: sent to a ready helper with room, whose
+        ``answer`` then gives the page, else None (``page`` waits for room, or the page
+        is read as rows). The pipe takes a request at once and no helper starts here, so
+        the event loop can ask: pages asked there reach the helpers in the order asked."""
+        with self._answered:
+            return self._ask(sql, rows, remaining, start=False)
+
+    def _ask(self, sql: str, rows: int, remaining: int, *, start: bool) -> Asked | None:
+        """(Under the lock.) Send ``sql`` to the ready helper with the fewest pages asked,
+        if it has fewer than ``DEPTH``; ``start``: first start another helper if those
+        running (or starting) have no room and ``remaining`` rows make it worth it."""
+        if self._closed:
+            return None
+        self._poll_starting()
+        # pages the helpers could take now (one starting counts as ready)
+        room = sum(DEPTH - h.load for h in self._ready) + DEPTH * len(self._starting)
+        if (
+            start
+            and room <= 0
+            and remaining >= SPAWN_AT
+            and len(self._starting) + len(self._ready) < HELPERS
+            and time.monotonic() >= self._retry_at
+        ):
+            self._start()
+        if not self._ready:
+            return None
+        helper = min(self._ready, key=lambda h: h.load)
+        if helper.load >= DEPTH:
+            return None
+        try:
+            ticket = helper.send(sql, rows)
+        except HelperError as exc:
+            self._drop(helper, exc)
+            ticket = -1
+        helper.load += 1
+        return Asked(helper, ticket)
+
+    def answer(self, asked: Asked) -> pa.Table | None:
+        """The page ``ask`` (or ``page``) asked for, once the helper has read it (blocks);
+        None if it could not (the page is read as rows)."""
+        helper, ticket = asked
         try:
             if ticket < 0:
                 raise HelperError("the helper process is gone")

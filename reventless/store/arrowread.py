@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .arrowhelper import DEPTH, HELPERS, HelperPool
+from .arrowhelper import DEPTH, HELPERS, Asked, HelperPool
 from .database import Database
 
 log = logging.getLogger("reventless.store")
@@ -132,10 +132,16 @@ class ArrowPages:
         assert driver is not None
         return driver.connect(conninfo(self.db), autocommit=True)
 
-    def page(self, sql: str, rows: int, remaining: int = 0) -> pa.Table | None:
+    def page(
+        self, sql: str, rows: int, remaining: int = 0, asked: Asked | None = None
+    ) -> pa.Table | None:
         """The result of ``sql`` (at most ``rows`` rows, no parameters) as an Arrow table,
         on the calling thread; None if it could not be read that way. ``remaining``: the
-        rows the read has left (a SQLite file starts its helpers for a long read)."""
+        rows the read has left (a SQLite file starts its helpers for a long read).
+        ``asked``: what ``ask`` sent for it (the helper's answer is all that is left)."""
+        if asked is not None:
+            assert self._helpers is not None
+            return self._helpers.answer(asked)
         if not self.available:
             return None
         if self._helpers is not None:
@@ -165,6 +171,14 @@ class ArrowPages:
             else:
                 self._idle.append(conn)
         return table
+
+    def ask(self, sql: str, rows: int, remaining: int = 0) -> Asked | None:
+        """``page``'s request sent now, on the calling thread (the event loop's), where it
+        need not wait: to a SQLite file's ready helper with room for it. ``page`` then
+        takes it (``asked``) and only waits for the answer; None: ``page`` asks itself."""
+        if self._helpers is None or not self.available:
+            return None
+        return self._helpers.ask(sql, rows, remaining)
 
     def close(self) -> None:
         """Close the idle connections; a page still being read closes its own after."""

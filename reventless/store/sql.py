@@ -668,7 +668,10 @@ class SqlEventStore:
             if upto is not None:
                 sql += f" AND _offset <= {int(upto)}"
             sql += f" ORDER BY _offset LIMIT {int(limit)}"
-            page = await asyncio.to_thread(arrow.page, sql, limit, remaining)
+            # asked here when a helper has room: the pages of a read reach the helpers in
+            # its order (threads racing to ask could leave a helper idle behind a later page)
+            asked = arrow.ask(sql, limit, remaining)
+            page = await asyncio.to_thread(arrow.page, sql, limit, remaining, asked)
             if page is not None:
                 return page
         return await self.read(topic, from_offset, limit, upto=upto, partition=partition)

@@ -164,6 +164,33 @@ async def test_more_pages_at_once_than_helpers_wait_for_one(
     assert sorted(pages) == [500] * 10
 
 
+async def test_the_pages_of_a_read_reach_the_helpers_in_its_order(
+    file_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read's pages are asked of the helpers from the event loop, in offset order, while
+    one has room: a helper never reads a later page while the read waits on an earlier
+    one behind it (threads racing to ask did that, leaving the other helper idle)."""
+    asked: list[tuple[int, int]] = []  # (helper, first offset), in the order sent
+    send = arrowhelper.Helper.send
+
+    def spied(self: arrowhelper.Helper, sql: str, rows: int) -> int:
+        ticket = send(self, sql, rows)
+        asked.append((id(self), int(sql.split("_offset >= ")[1].split()[0])))
+        return ticket
+
+    monkeypatch.setattr(arrowhelper.Helper, "send", spied)
+    app, log = notes_app(file_url)
+    async with app:
+        await noted(app, log, 12_000)
+        for _ in range(3):
+            del asked[:]
+            offsets = [o async for b in log.read_batches(batch_size=500) for o in b["_offset"]]
+            assert [o.as_py() for o in offsets] == list(range(1, 12_001))
+            assert [start for _, start in asked] == list(range(1, 12_001, 500))
+            # both helpers read: four pages are asked at once, two of each
+            assert len({helper for helper, _ in asked[:4]}) == arrowhelper.HELPERS
+
+
 async def test_helpers_read_only_the_columns_asked(
     file_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
