@@ -106,6 +106,7 @@ class BulkExecute:
 
     if TYPE_CHECKING:
         name: str
+        options: LogOptions
         _turns: Turns
         _cache: OrderedDict[str, Any]
         _state_fingerprint: str
@@ -121,11 +122,14 @@ class BulkExecute:
 
         def _check_events(self, events: Sequence[Event]) -> None: ...
         def _snapshot_due(self, before: int, after: int) -> bool: ...
+        @property
+        def snapshots(self) -> bool: ...
         async def _load_fresh(self, aggregate_id: str) -> Any: ...
         async def _snapshot_after_append(
             self, aggregate_id: str, before: int, after: int
         ) -> None: ...
         def _remember(self, agg: Any) -> None: ...
+        def _remember_all(self, states: dict[str, Any]) -> None: ...
 
     async def append_many(
         self,
@@ -279,11 +283,10 @@ class BulkExecute:
                 careful.extend(
                     i for i, a in zip(decided_at, decided_on, strict=True) if a in failed
                 )
-            for aggregate_id, agg in states.items():
-                if aggregate_id in failed:
-                    self._cache.pop(aggregate_id, None)  # its in-memory state ran ahead
-                else:
-                    self._remember(agg)
+            for aggregate_id in failed:
+                self._cache.pop(aggregate_id, None)  # its in-memory state ran ahead
+                del states[aggregate_id]
+            self._remember_all(states)
         except BaseException:
             for aggregate_id in states:
                 self._cache.pop(aggregate_id, None)
@@ -309,7 +312,7 @@ class BulkExecute:
         counts: list[int] = []
         commands: list[tuple[str, int, int, list[Event]]] = []
         for aggregate_id, runs in planned.items():
-            partition = partition_of(aggregate_id, parts)
+            partition = 0 if parts == 1 else partition_of(aggregate_id, parts)
             n = 0
             for _, version, events in runs:
                 commands.append((aggregate_id, version, partition, events))
@@ -319,12 +322,13 @@ class BulkExecute:
         rows = command_rows(now_us(), ids, context, commands, self._encoders)
         requests: list[AppendRequest] = []
         at = 0
-        name, due = self.name, self._snapshot_due
+        name = self.name
+        every = self.options.snapshot_every if self.snapshots else 0  # (_snapshot_due)
         for (aggregate_id, runs), n in zip(planned.items(), counts, strict=True):
             base = runs[0][1]
             agg = states[aggregate_id]
             snapshot = None
-            if due(base, agg.version):
+            if every and agg.version // every > base // every:
                 snapshot = (agg.version, self._state_fingerprint, agg.model_dump_json())
             requests.append(
                 AppendRequest(name, rows[at : at + n], aggregate_id, base, None, snapshot=snapshot)

@@ -130,6 +130,19 @@ class EventLog(Topic, BulkExecute, Generic[A]):
         while len(self._cache) > self.options.cache_size:
             self._cache.popitem(last=False)
 
+    def _remember_all(self, states: dict[str, A]) -> None:
+        """``_remember`` of each state in turn (keyed by its aggregate id), the cache cut
+        down to its size once at the end: it holds what it would after each one."""
+        size, cache = self.options.cache_size, self._cache
+        if size <= 0:
+            return
+        move = cache.move_to_end
+        for aggregate_id, agg in states.items():
+            cache[aggregate_id] = agg
+            move(aggregate_id)
+        while len(cache) > size:
+            cache.popitem(last=False)
+
     async def _load_fresh(self, aggregate_id: str) -> A:
         snap, rows = await self.store.load(self.name, aggregate_id)
         return await self._fold(aggregate_id, snap, rows)

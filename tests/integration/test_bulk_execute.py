@@ -72,6 +72,29 @@ async def test_results_are_what_landed_and_order_holds_per_aggregate(shared_url:
         assert (await log.load("n-3")).balance == sum(i + 1 for i in range(3, 70, 7))
 
 
+async def test_the_cache_keeps_the_states_a_bulk_window_touched_last(file_url: str) -> None:
+    """A window's states go into the cache (least recently used first out) as one command
+    at a time would leave them: an aggregate it touched moves to the end, the oldest go
+    when it is full, and a state whose append failed is not kept."""
+    app = rv.App(store=file_url, options=rv.AppOptions(log=rv.LogOptions(cache_size=5)))
+    log = app.event_log(Account)
+    other = rv.App(store=file_url)
+    elsewhere = other.event_log(Account)
+    async with app, other:
+        for name in ("a", "b", "c"):
+            await log.execute(name, Deposit(amount=1))
+        await elsewhere.execute("c", Deposit(amount=1))  # the state cached here is stale
+        items: list[tuple[str, rv.Command]] = [("a", Deposit(amount=1)), ("c", Deposit(amount=1))]
+        items += [(f"n-{i}", Deposit(amount=1)) for i in range(3)]
+        got = await log.execute_many(items)
+        assert all(isinstance(r, rv.ExecuteResult) for r in got)
+        # "c" failed in bulk and ran again the careful way, which cached it last
+        assert list(log._cache) == ["a", "n-0", "n-1", "n-2", "c"]
+        await log.execute_many([(f"m-{i}", Deposit(amount=1)) for i in range(7)])
+        assert list(log._cache) == [f"m-{i}" for i in range(2, 7)]
+        assert [s.version for s in log._cache.values()] == [1] * 5
+
+
 async def test_a_state_made_stale_by_another_process_is_retried(shared_url: str) -> None:
     first, other = rv.App(store=shared_url), rv.App(store=shared_url)
     log, theirs = first.event_log(Account), other.event_log(Account)
