@@ -55,8 +55,8 @@ class ArrowPages:
         self._helpers: HelperPool | None = None
         self._driver = None
         if not db.is_sqlite:
-            # the driver's own API, not its DB-API module: that one imports pandas and
-            # pyarrow.dataset where they are installed (~0.26 s at each process's start)
+            # the driver's own API, not its DB-API module: that one imports pyarrow.dataset
+            # and, where installed, pandas (tens of milliseconds at a process's start)
             self._driver = _module("adbc_driver_postgresql")
         elif (
             os.name == "posix"  # (helpers talk through pipes with select)

@@ -191,6 +191,29 @@ async def test_the_pages_of_a_read_reach_the_helpers_in_its_order(
             assert len({helper for helper, _ in asked[:4]}) == arrowhelper.HELPERS
 
 
+async def test_a_read_left_after_its_first_batch_leaves_the_helpers_free(
+    file_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages asked of the helpers are answered even when the read that asked them stops
+    early (its pending pages cancelled): every helper ends with nothing asked, and the
+    next read gets every page as Arrow, in order."""
+    pages = counting(monkeypatch)
+    app, log = notes_app(file_url)
+    async with app:
+        await noted(app, log, 12_000)
+        pool = pool_of(app)
+        for _ in range(3):
+            async for _batch in log.read_batches(batch_size=500):
+                break
+        async with asyncio.timeout(30):
+            while any(h.load for h in pool._ready):
+                await asyncio.sleep(0.01)
+        del pages[:]
+        offsets = [o async for b in log.read_batches(batch_size=500) for o in b["_offset"]]
+        assert [o.as_py() for o in offsets] == list(range(1, 12_001))
+    assert pages == [500] * 24  # all of them Arrow pages
+
+
 async def test_helpers_read_only_the_columns_asked(
     file_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
