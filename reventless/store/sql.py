@@ -671,7 +671,16 @@ class SqlEventStore:
             # asked here when a helper has room: the pages of a read reach the helpers in
             # its order (threads racing to ask could leave a helper idle behind a later page)
             asked = arrow.ask(sql, limit, remaining)
-            page = await asyncio.to_thread(arrow.page, sql, limit, remaining, asked)
+            if asked is None:
+                page = await asyncio.to_thread(arrow.page, sql, limit, remaining)
+            else:
+                # A helper answers in the order asked: this answer must be taken even if
+                # the read is cancelled (a cancelled executor job that had not started
+                # would leave the helper's later answers waiting for it forever).
+                loop = asyncio.get_running_loop()
+                taking = loop.run_in_executor(None, arrow.page, sql, limit, remaining, asked)
+                taking.add_done_callback(_retrieved)
+                page = await asyncio.shield(taking)
             if page is not None:
                 return page
         return await self.read(topic, from_offset, limit, upto=upto, partition=partition)
@@ -1017,6 +1026,12 @@ def _load_sql(q: Callable[[str], str], table: str, names: Sequence[str]) -> str:
         f"AND _version > COALESCE((SELECT version {snapshot}), 0) "
         f"UNION ALL SELECT {as_rows} {snapshot} ORDER BY _version NULLS FIRST"
     )
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Mark a shielded job's outcome as seen (its caller may have been cancelled)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def raw_cursor(conn: Connection) -> Any:
