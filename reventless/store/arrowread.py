@@ -24,6 +24,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 import pyarrow as pa
@@ -223,7 +224,10 @@ def conninfo(db: Database) -> str:
 
 
 class _Reader:
-    """One ADBC connection of PostgreSQL's driver (autocommit, as ADBC connections open)."""
+    """One ADBC connection of PostgreSQL's driver (autocommit, as ADBC connections open).
+    The driver's handles do not close themselves when dropped (its DB-API connection
+    did): one that is never closed (an App dropped without ``stop``) is closed when it
+    is garbage-collected, or at exit, instead of staying open on the server."""
 
     def __init__(self, driver: Any, uri: str) -> None:
         import adbc_driver_manager
@@ -235,6 +239,7 @@ class _Reader:
         except BaseException:
             self._db.close()
             raise
+        self._release = weakref.finalize(self, _release, self._conn, self._db)
 
     def read(self, sql: str) -> pa.Table:
         """``sql``'s result (no parameters) as an Arrow table."""
@@ -247,10 +252,17 @@ class _Reader:
             stmt.close()
 
     def close(self) -> None:
-        try:
-            self._conn.close()
-        finally:
-            self._db.close()
+        self._release()
+
+
+def _release(conn: Any, db: Any) -> None:
+    """Close an ADBC connection and its database handle (errors are logged: a broken
+    connection has nothing more to close)."""
+    try:
+        conn.close()
+        db.close()
+    except Exception:
+        log.debug("closing an ADBC connection failed", exc_info=True)
 
 
 def _close(conn: Any) -> None:

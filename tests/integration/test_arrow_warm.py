@@ -6,12 +6,15 @@ counted from the server's ``pg_stat_activity``."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import reventless as rv
+from reventless.store import require_sql
+from reventless.store.arrowread import ArrowPages
 from tests.model import Counter, Incremented
 
 pytestmark = pytest.mark.postgres
@@ -109,3 +112,30 @@ async def test_no_columns_no_connections_opened_ahead(pg_url: str) -> None:
     async with app:
         arrow: Any = app.store._arrow  # type: ignore[attr-defined]
         assert arrow._warming == 0 and arrow._idle == []
+
+
+async def test_a_reader_connection_never_closed_closes_when_dropped(pg_url: str) -> None:
+    """The ADBC driver's own handles stay open on the server when dropped unclosed; the
+    reader closes its connection when it is garbage-collected (an App dropped without
+    ``stop``), as the driver's DB-API connection did."""
+    import psycopg
+
+    app = rv.App(store=pg_url)
+    app.event_log(Counter)
+    async with app:
+        pages = ArrowPages(require_sql(app.store, "the test").db)
+        table = await asyncio.to_thread(pages.page, "SELECT pg_backend_pid() AS pid", 1)
+        assert table is not None
+        [pid] = table.column("pid").to_pylist()
+        with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres") as c:
+
+            def alive() -> bool:
+                sql = "SELECT count(*) FROM pg_stat_activity WHERE pid = %s"
+                row = c.execute(sql, (pid,)).fetchone()
+                c.commit()  # (each check a new snapshot of the activity)
+                return row is not None and row[0] == 1
+
+            assert alive()
+            del pages, table
+            gc.collect()
+            await _until(lambda: not alive(), "the dropped reader's connection closed")
