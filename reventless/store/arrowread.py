@@ -128,7 +128,7 @@ class ArrowPages:
                 self._idle.append(conn)
                 return
         if conn is not None:
-            _close(conn)
+            conn.close()
 
     def _connect(self) -> _Reader:
         driver = self._driver
@@ -164,11 +164,11 @@ class ArrowPages:
             table = conn.read(sql)
         except Exception as exc:  # this page goes through rows; the connection may be gone
             log.debug("Arrow read of a page fell back to rows: %s", exc)
-            _close(conn)
+            conn.close()
             return None
         with self._lock:
             if self._closed:
-                _close(conn)
+                conn.close()
             else:
                 self._idle.append(conn)
         return table
@@ -188,7 +188,7 @@ class ArrowPages:
             idle, self._idle = self._idle, []
             self._warmed.notify_all()
         for conn in idle:
-            _close(conn)
+            conn.close()
         if self._helpers is not None:
             self._helpers.close()
 
@@ -256,17 +256,10 @@ class _Reader:
 
 
 def _release(conn: Any, db: Any) -> None:
-    """Close an ADBC connection and its database handle (errors are logged: a broken
+    """Close an ADBC connection, then its database handle (errors are logged: a broken
     connection has nothing more to close)."""
-    try:
-        conn.close()
-        db.close()
-    except Exception:
-        log.debug("closing an ADBC connection failed", exc_info=True)
-
-
-def _close(conn: Any) -> None:
-    try:
-        conn.close()
-    except Exception:  # closing a broken connection: nothing more to do
-        log.debug("closing an ADBC connection failed", exc_info=True)
+    for handle in (conn, db):
+        try:
+            handle.close()
+        except Exception:
+            log.debug("closing an ADBC connection failed", exc_info=True)
