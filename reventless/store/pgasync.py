@@ -43,6 +43,7 @@ from .append import (
 )
 from .database import Database, write_error
 from .dcb import guarded, pg_guard
+from .pqlean import LeanStatements
 from .schedules import write_statements
 from .tagindex import split_append
 
@@ -71,9 +72,13 @@ class AsyncAppender:
         # the psycopg connection under _conn, and a duplicate of its socket (a deadline
         # shuts it down), kept while _conn is: no greenlet hop or dup() per group
         self._driver: tuple[Any, socket.socket] | None = None
+        #: The one-statement appends through the connection's libpq handle (pqlean.py).
+        self._lean: LeanStatements | None = None
         self._cte: dict[tuple[str, int], str] = {}
 
     async def _connection(self) -> tuple[Any, socket.socket]:
+        if self._lean is not None and self._lean.broken and self._conn is not None:
+            await self._conn.invalidate()  # a wait cut short may have left an answer unread
         if self._conn is None or self._conn.closed or self._conn.invalidated:
             self._forget_driver()
             if self._engine is None:
@@ -84,6 +89,7 @@ class AsyncAppender:
             assert driver is not None
             await driver.set_autocommit(True)
             self._driver = (driver, socket.socket(fileno=os.dup(driver.fileno())))
+            self._lean = LeanStatements(driver)
         assert self._driver is not None
         return self._driver
 
@@ -91,6 +97,7 @@ class AsyncAppender:
         if self._driver is not None:
             self._driver[1].close()  # the duplicate: the connection is the pool's to close
             self._driver = None
+        self._lean = None
 
     async def close(self) -> None:
         """Close the connection and dispose the async engine."""
@@ -265,8 +272,11 @@ class AsyncAppender:
         topic without tags: the caller checks)."""
         n = len(req.rows)
         info = self.table_of(req.topic)
+        lean = self._lean if self._lean is not None and self._lean.idle else None
         params: tuple[Any, ...]
-        if n <= _VALUES_ROWS:
+        # (a statement through libpq is prepared once, whatever its parameters: one
+        # value per parameter, which the driver dumps in C, not arrays built in Python)
+        if n <= (_VALUES_ROWS if lean is None else _CTE_ROWS):
             params = (req.topic, *(v for r in req.rows for v in r))
             sql = self._cte_sql(info, n)
         else:  # one value per parameter would be parsed anew each time (psycopg caches
@@ -279,13 +289,17 @@ class AsyncAppender:
             sql = self._with_snapshot(sql)
             params += (req.topic, req.aggregate_id, *req.snapshot)
         try:
-            await cur.execute(sql, params)
+            if lean is not None:  # its own transaction: ~200 us less CPU than the
+                # cursor's execute (pqlean.py)
+                offsets = [int(o) for o in await lean.first_column(sql, params) if o is not None]
+            else:
+                await cur.execute(sql, params)
+                offsets = [int(o) for (o,) in await cur.fetchall()]
         except self.db.integrity_errors:
             raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
-        got = await cur.fetchall()
-        if len(got) != n:
+        if len(offsets) != n:
             raise StoreError(f"topic {req.topic!r} is not registered in the store")
-        [result], _ = place(req.topic, [req], min(int(o) for (o,) in got))
+        [result], _ = place(req.topic, [req], min(offsets))
         return result
 
     async def _one(self, cur: Any, req: AppendRequest) -> AppendResult:

@@ -1,0 +1,85 @@
+"""PostgreSQL's one-statement appends through libpq itself (``store/pqlean.py``): what
+psycopg does to the connection around them, and a wait cut short."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import reventless as rv
+from reventless.store.pqlean import LeanStatements, numbered
+from tests.model import Counter, Increment
+
+
+def test_placeholders_are_numbered_and_nothing_else_is_taken() -> None:
+    assert numbered("SELECT %s, x FROM t WHERE a = %s") == "SELECT $1, x FROM t WHERE a = $2"
+    assert numbered("SELECT 1") == "SELECT 1"
+    for sql in ("SELECT %(a)s", "SELECT '100%%'", "SELECT %s %"):
+        with pytest.raises(ValueError):
+            numbered(sql)
+
+
+async def _stored(app: rv.App) -> list[tuple[str, int]]:
+    rows = await app.store.db.read(
+        lambda c: c.exec_driver_sql(
+            f"SELECT _aggregate_id, _version FROM {app.store.table_of('Counter')} ORDER BY _offset"
+        ).all()
+    )
+    return [(str(a), int(v)) for a, v in rows]
+
+
+def _appender(app: rv.App) -> Any:
+    appender = app.store._async  # type: ignore[attr-defined]
+    assert appender is not None
+    return appender
+
+
+@pytest.mark.postgres
+async def test_an_append_after_psycopg_deallocated_every_statement_lands(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # psycopg sends DEALLOCATE ALL after a rollback it runs: the lean statements are gone
+    ran: list[str] = []
+    real = LeanStatements._run
+
+    async def spy(self: LeanStatements, sql: str, values: Any) -> Any:
+        ran.append(sql)
+        return await real(self, sql, values)
+
+    monkeypatch.setattr(LeanStatements, "_run", spy)
+    app = rv.App(store=pg_url)
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("c-1", Increment())
+        await log.execute("c-1", Increment())
+        assert len(ran) == 2  # both through libpq
+        aconn, _ = await _appender(app)._connection()
+        await aconn.execute("DEALLOCATE ALL")
+        await log.execute("c-1", Increment())
+        assert len(ran) == 4  # the statement was gone, prepared again, sent again
+        assert await _stored(app) == [("c-1", 1), ("c-1", 2), ("c-1", 3)]
+        await log.execute("c-2", Increment())  # and kept from then on
+        assert len(ran) == 5
+        assert (await log.load("c-1")).value == 3
+
+
+@pytest.mark.postgres
+async def test_a_wait_cut_short_replaces_the_connection(pg_url: str) -> None:
+    app = rv.App(store=pg_url)
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("c-1", Increment())
+        appender = _appender(app)
+        lean = appender._lean
+        assert isinstance(lean, LeanStatements)
+        task = asyncio.ensure_future(lean.first_column("SELECT 1 FROM pg_sleep(1)", []))
+        await asyncio.sleep(0.2)  # past the inline wait: waiting on the loop
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert lean.broken  # its answer is still on its way: the connection is not reused
+        await log.execute("c-1", Increment())
+        assert appender._lean is not lean
+        assert await _stored(app) == [("c-1", 1), ("c-1", 2)]
