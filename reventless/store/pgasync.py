@@ -139,8 +139,18 @@ class AsyncAppender:
                 deadline.disarm()
 
     async def _group(self, aconn: Any, reqs: list[AppendRequest]) -> list[AppendResult | Exception]:
-        cur = aconn.cursor()
         req = reqs[0]
+        lone = (
+            len(reqs) == 1
+            and req.command_id is None
+            and not req.schedules
+            and len(req.rows) <= _CTE_ROWS
+        )
+        if lone and self._lean is not None and self._lean.idle:
+            info = self.table_of(req.topic)
+            if not guarded(req, info) and (req.snapshot is None or info.tags is None):
+                return [await self._lone(None, req, snapshot=True)]  # no cursor needed
+        cur = aconn.cursor()
         if len(reqs) == 1 and guarded(req, info := self.table_of(req.topic)):
             try:  # a DCB append: its lock keys and condition first (dcb.py)
                 async with aconn.transaction():
@@ -148,13 +158,7 @@ class AsyncAppender:
                     return [await self._one(cur, req)]
             except DuplicateCommand:
                 return [AppendResult(req.topic, 0, -1, duplicate=True)]
-        lone = (
-            req.command_id is None
-            and not req.schedules
-            and (req.snapshot is None or self.table_of(req.topic).tags is None)
-            and len(req.rows) <= _CTE_ROWS
-        )
-        if len(reqs) == 1 and lone:
+        if lone and (req.snapshot is None or info.tags is None):
             return [await self._lone(cur, req, snapshot=True)]  # one atomic statement
         if len(reqs) == 1:
             try:
