@@ -52,12 +52,19 @@ _CTE_ROWS = 16
 #: Up to this many rows, the one statement binds each value (1 + 16 * 3 parameters: psycopg
 #: caches the parse of statements of up to 50); more go as one array per column.
 _VALUES_ROWS = 3
+#: Up to this many rows, a group of plain appends to one topic is one statement through
+#: libpq (one prepared statement per row count: at most this many per topic).
+_GROUP_ROWS = 64
 #: COPY pays off from about this many rows in one statement.
 _COPY_ROWS = 64
 _BUMP = (
     "UPDATE rv_topics SET head = head + %s WHERE name = %s "
     f"RETURNING head, pg_notify('{NOTIFY_CHANNEL}', name || ':' || head::text)"
 )
+
+
+class _Clash(Exception):
+    """A group's one statement clashed: its requests go on their own at once."""
 
 
 class AsyncAppender:
@@ -146,10 +153,17 @@ class AsyncAppender:
             and not req.schedules
             and len(req.rows) <= _CTE_ROWS
         )
-        if lone and self._lean is not None and self._lean.idle:
+        clashed = False
+        if self._lean is not None and self._lean.idle:
             info = self.table_of(req.topic)
-            if not guarded(req, info) and (req.snapshot is None or info.tags is None):
-                return [await self._lone(None, req, snapshot=True)]  # no cursor needed
+            if lone:
+                if not guarded(req, info) and (req.snapshot is None or info.tags is None):
+                    return [await self._lone(None, req, snapshot=True)]  # no cursor needed
+            elif self._plain(reqs, info):
+                try:
+                    return await self._plain_group(reqs, info)
+                except self.db.integrity_errors:  # nothing written: each on its own below
+                    clashed = True
         cur = aconn.cursor()
         if len(reqs) == 1 and guarded(req, info := self.table_of(req.topic)):
             try:  # a DCB append: its lock keys and condition first (dcb.py)
@@ -167,19 +181,58 @@ class AsyncAppender:
             except DuplicateCommand:
                 return [AppendResult(req.topic, 0, -1, duplicate=True)]
         async with aconn.transaction():
-            return await self._many(aconn, cur, reqs)
+            return await self._many(aconn, cur, reqs, clashed=clashed)
+
+    def _plain(self, reqs: list[AppendRequest], info: TableInfo) -> bool:
+        """Whether the group is rows alone, of one topic (``info``'s), few enough for one
+        statement (``_plain_group``): no command ids, schedules, snapshots or conditions."""
+        topic = reqs[0].topic
+        return (
+            not guarded(reqs[0], info)
+            and sum(len(r.rows) for r in reqs) <= _GROUP_ROWS
+            and all(
+                r.topic == topic
+                and r.command_id is None
+                and not r.schedules
+                and r.snapshot is None
+                and r.condition is None
+                for r in reqs
+            )
+        )
+
+    async def _plain_group(
+        self, reqs: list[AppendRequest], info: TableInfo
+    ) -> list[AppendResult | Exception]:
+        """A ``_plain`` group as one autocommitted statement through libpq (the lone
+        append's, with every request's rows): all of it lands or none (a clash raises the
+        driver's ``IntegrityError``)."""
+        assert self._lean is not None
+        topic, n = reqs[0].topic, sum(len(r.rows) for r in reqs)
+        sql = self._cte_sql(info, n)
+        if info.tags is not None:
+            sql = info.tags.pg_cte(sql)
+        params = (topic, *(v for r in reqs for row in r.rows for v in row))
+        offsets = [int(o) for o in await self._lean.first_column(sql, params) if o is not None]
+        if len(offsets) != n:
+            raise StoreError(f"topic {topic!r} is not registered in the store")
+        return list(place(topic, reqs, min(offsets))[0])
 
     async def _many(
-        self, aconn: Any, cur: Any, reqs: list[AppendRequest]
+        self, aconn: Any, cur: Any, reqs: list[AppendRequest], *, clashed: bool = False
     ) -> list[AppendResult | Exception]:
+        """The group in the caller's transaction; a clash (``clashed``: one known already)
+        sends each request again on its own, so that only the clashing ones fail."""
         order = lock_order(reqs)
         results: list[AppendResult | Exception | None] = [None] * len(reqs)
+        clashes: tuple[type[Exception], ...] = (_Clash, *self.db.integrity_errors)
         try:
+            if clashed:
+                raise _Clash
             async with aconn.transaction():  # a savepoint
                 done = await self._all(cur, [reqs[i] for i in order])
             for i, res in zip(order, done, strict=True):
                 results[i] = res
-        except self.db.integrity_errors:
+        except clashes:
             for i in order:
                 try:
                     async with aconn.transaction():

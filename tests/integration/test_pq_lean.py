@@ -10,7 +10,7 @@ import pytest
 
 import reventless as rv
 from reventless.store.pqlean import LeanStatements, numbered
-from tests.model import Counter, Increment
+from tests.model import Counter, Increment, Incremented
 
 
 def test_placeholders_are_numbered_and_nothing_else_is_taken() -> None:
@@ -83,3 +83,39 @@ async def test_a_wait_cut_short_replaces_the_connection(pg_url: str) -> None:
         await log.execute("c-1", Increment())
         assert appender._lean is not lean
         assert await _stored(app) == [("c-1", 1), ("c-1", 2)]
+
+
+@pytest.mark.postgres
+async def test_a_group_of_plain_appends_is_one_statement_and_a_clash_fails_only_its_own(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reventless.store.pgasync import AsyncAppender
+
+    groups: list[int] = []
+    real = AsyncAppender._plain_group
+
+    async def spy(self: AsyncAppender, reqs: Any, info: Any) -> Any:
+        groups.append(len(reqs))
+        return await real(self, reqs, info)
+
+    monkeypatch.setattr(AsyncAppender, "_plain_group", spy)
+    app = rv.App(store=pg_url)
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("c-1", Increment())  # c-1 is at version 1
+        got = await log.append_many((f"c-{i}", [Incremented(), Incremented()], 0) for i in range(4))
+        assert groups == [4]  # tried as one statement: c-1's clash undid all of it
+        assert isinstance(got[1], rv.ConcurrencyError)
+        assert [r.first_offset for r in got if not isinstance(r, Exception)] == [2, 4, 6]
+        assert sorted(await _stored(app)) == sorted(
+            [("c-1", 1)] + [(f"c-{i}", v) for i in (0, 2, 3) for v in (1, 2)]
+        )
+        got = await log.append_many((f"d-{i}", [Incremented()], 0) for i in range(5))
+        assert groups == [4, 5]
+        assert [r.first_offset for r in got if not isinstance(r, Exception)] == [8, 9, 10, 11, 12]
+        stored = await app.store.db.read(
+            lambda c: c.exec_driver_sql(
+                f"SELECT _offset FROM {app.store.table_of('Counter')} ORDER BY _offset"
+            ).all()
+        )
+        assert [r[0] for r in stored] == list(range(1, 13))  # gapless: the clash left no hole
