@@ -32,6 +32,9 @@ from .database import loop_is_alone
 
 #: Seconds a statement's answer is waited for on the loop's thread (nothing else ready).
 INLINE_WAIT = 0.002
+#: Statements prepared per connection (each holds server memory for the session); any
+#: other is sent unnamed, parsed on every call.
+MAX_PREPARED = 128
 
 
 def numbered(sql: str) -> str:
@@ -67,6 +70,8 @@ class LeanStatements:
         self._tx = Transformer(aconn)
         self._encoding = aconn.info.encoding
         self._names: dict[str, bytes] = {}
+        #: Names are never used twice on a connection (one found gone is not reused).
+        self._serial = 0
         self._fd = self.pgconn.socket
         self._poll = select.poll()
         self._poll.register(self._fd, select.POLLIN)
@@ -111,12 +116,16 @@ class LeanStatements:
 
     async def _run(self, sql: str, values: Sequence[Any]) -> list[bytes | None]:
         name = self._names.get(sql)
-        if name is None:
-            name = f"rv_{len(self._names)}".encode()
-            self.pgconn.send_prepare(name, numbered(sql).encode(self._encoding))
-            await self._results()
-            self._names[sql] = name
-        self.pgconn.send_query_prepared(name, values)
+        if name is None and len(self._names) >= MAX_PREPARED:
+            self.pgconn.send_query_params(numbered(sql).encode(self._encoding), values)
+        else:
+            if name is None:
+                self._serial += 1
+                name = f"rv_{self._serial}".encode()
+                self.pgconn.send_prepare(name, numbered(sql).encode(self._encoding))
+                await self._results()
+                self._names[sql] = name
+            self.pgconn.send_query_prepared(name, values)
         res = (await self._results())[0]
         return [res.get_value(i, 0) for i in range(res.ntuples)]
 

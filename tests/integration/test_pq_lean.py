@@ -119,3 +119,24 @@ async def test_a_group_of_plain_appends_is_one_statement_and_a_clash_fails_only_
             ).all()
         )
         assert [r[0] for r in stored] == list(range(1, 13))  # gapless: the clash left no hole
+
+
+@pytest.mark.postgres
+async def test_statements_past_the_prepared_limit_are_sent_unnamed(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import reventless.store.pqlean as pqlean
+
+    monkeypatch.setattr(pqlean, "MAX_PREPARED", 1)
+    app = rv.App(store=pg_url)
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("c-1", Increment())  # one row: the one prepared statement
+        await log.append_many((f"c-{i}", [Incremented()], 0) for i in range(2, 5))  # 3 rows
+        await log.append_many((f"c-{i}", [Incremented()], 0) for i in range(5, 7))  # 2 rows
+        lean = _appender(app)._lean
+        assert isinstance(lean, LeanStatements) and len(lean._names) == 1
+        aconn, _ = await _appender(app)._connection()
+        cur = await aconn.execute("SELECT count(*) FROM pg_prepared_statements WHERE name ~ '^rv_'")
+        assert (await cur.fetchone())[0] == 1
+        assert await _stored(app) == [(f"c-{i}", 1) for i in range(1, 7)]
