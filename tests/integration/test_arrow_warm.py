@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,24 @@ def _batches() -> tuple[rv.SideEffectHandler, list[int]]:
         seen.append(len(batch))
 
     return counter, seen
+
+
+@pytest.fixture
+def pg_url(pg_database: str) -> Iterator[str]:
+    """A database of the test's own, not a schema of the run's: the connections counted in
+    ``pg_stat_activity`` are then the test's alone, whatever an earlier test on this worker
+    left open (a clean-clone run once failed here on a connection not of this test)."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    run = make_url(pg_database)
+    name = f"{run.database}_{uuid.uuid4().hex[:6]}"
+    admin = f"host={run.host} port={run.port or 5432} user={run.username} dbname={run.database}"
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    yield run.set(database=name).render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

@@ -30,6 +30,19 @@ async def _stored(app: rv.App) -> list[tuple[str, int]]:
     return [(str(a), int(v)) for a, v in rows]
 
 
+def _spy(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> list[tuple[Any, ...]]:
+    """The arguments of every call of the async method ``owner.name`` (still called)."""
+    calls: list[tuple[Any, ...]] = []
+    real = getattr(owner, name)
+
+    async def spy(self: Any, *args: Any) -> Any:
+        calls.append(args)
+        return await real(self, *args)
+
+    monkeypatch.setattr(owner, name, spy)
+    return calls
+
+
 def _appender(app: rv.App) -> Any:
     appender = app.store._async  # type: ignore[attr-defined]
     assert appender is not None
@@ -41,14 +54,7 @@ async def test_an_append_after_psycopg_deallocated_every_statement_lands(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # psycopg sends DEALLOCATE ALL after a rollback it runs: the lean statements are gone
-    ran: list[str] = []
-    real = LeanStatements._run
-
-    async def spy(self: LeanStatements, sql: str, values: Any) -> Any:
-        ran.append(sql)
-        return await real(self, sql, values)
-
-    monkeypatch.setattr(LeanStatements, "_run", spy)
+    ran = _spy(monkeypatch, LeanStatements, "_run")
     app = rv.App(store=pg_url)
     log = app.event_log(Counter)
     async with app:
@@ -91,27 +97,21 @@ async def test_a_group_of_plain_appends_is_one_statement_and_a_clash_fails_only_
 ) -> None:
     from reventless.store.pgasync import AsyncAppender
 
-    groups: list[int] = []
-    real = AsyncAppender._plain_group
-
-    async def spy(self: AsyncAppender, reqs: Any, info: Any) -> Any:
-        groups.append(len(reqs))
-        return await real(self, reqs, info)
-
-    monkeypatch.setattr(AsyncAppender, "_plain_group", spy)
+    calls = _spy(monkeypatch, AsyncAppender, "_plain_group")
     app = rv.App(store=pg_url)
     log = app.event_log(Counter)
     async with app:
         await log.execute("c-1", Increment())  # c-1 is at version 1
         got = await log.append_many((f"c-{i}", [Incremented(), Incremented()], 0) for i in range(4))
-        assert groups == [4]  # tried as one statement: c-1's clash undid all of it
+        # tried as one statement: c-1's clash undid all of it
+        assert [len(reqs) for reqs, _ in calls] == [4]
         assert isinstance(got[1], rv.ConcurrencyError)
         assert [r.first_offset for r in got if not isinstance(r, Exception)] == [2, 4, 6]
         assert sorted(await _stored(app)) == sorted(
             [("c-1", 1)] + [(f"c-{i}", v) for i in (0, 2, 3) for v in (1, 2)]
         )
         got = await log.append_many((f"d-{i}", [Incremented()], 0) for i in range(5))
-        assert groups == [4, 5]
+        assert [len(reqs) for reqs, _ in calls] == [4, 5]
         assert [r.first_offset for r in got if not isinstance(r, Exception)] == [8, 9, 10, 11, 12]
         stored = await app.store.db.read(
             lambda c: c.exec_driver_sql(
