@@ -192,4 +192,8 @@ async def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    try:
+        sys.exit(asyncio.run(main()))
+    except rv.ReventlessError as exc:  # a store or broker it cannot open: one line, exit 2
+        print(f"shop demo: {str(exc).splitlines()[0]}", file=sys.stderr)
+        sys.exit(2)
