@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -63,8 +63,15 @@ _BUMP = (
 )
 
 
-class _Clash(Exception):
-    """A group's one statement clashed: its requests go on their own at once."""
+def _placed(reqs: list[AppendRequest], offsets: Sequence[Any]) -> list[AppendResult]:
+    """The requests' results from the ``_offset`` values (ints, or libpq's text) that
+    their one statement returned; ``StoreError`` if fewer rows came back than were sent
+    (no such topic in ``rv_topics``)."""
+    got = [int(o) for o in offsets if o is not None]
+    topic = reqs[0].topic
+    if len(got) != sum(len(r.rows) for r in reqs):
+        raise StoreError(f"topic {topic!r} is not registered in the store")
+    return place(topic, reqs, min(got))[0]
 
 
 class AsyncAppender:
@@ -147,33 +154,31 @@ class AsyncAppender:
 
     async def _group(self, aconn: Any, reqs: list[AppendRequest]) -> list[AppendResult | Exception]:
         req = reqs[0]
-        lone = (
-            len(reqs) == 1
-            and req.command_id is None
-            and not req.schedules
-            and len(req.rows) <= _CTE_ROWS
-        )
-        clashed = False
-        if self._lean is not None and self._lean.idle:
-            info = self.table_of(req.topic)
-            if lone:
-                if not guarded(req, info) and (req.snapshot is None or info.tags is None):
-                    return [await self._lone(None, req, snapshot=True)]  # no cursor needed
-            elif self._plain(reqs, info):
-                try:
-                    return await self._plain_group(reqs, info)
-                except self.db.integrity_errors:  # nothing written: each on its own below
-                    clashed = True
-        cur = aconn.cursor()
-        if len(reqs) == 1 and guarded(req, info := self.table_of(req.topic)):
+        info = self.table_of(req.topic)
+        lean = self._lean is not None and self._lean.idle  # a statement of its own: libpq
+        if len(reqs) == 1 and guarded(req, info):
+            cur = aconn.cursor()
             try:  # a DCB append: its lock keys and condition first (dcb.py)
                 async with aconn.transaction():
                     await pg_guard(cur, self.db, info, req)
                     return [await self._one(cur, req)]
             except DuplicateCommand:
                 return [AppendResult(req.topic, 0, -1, duplicate=True)]
-        if lone and (req.snapshot is None or info.tags is None):
-            return [await self._lone(cur, req, snapshot=True)]  # one atomic statement
+        if (
+            len(reqs) == 1
+            and req.command_id is None
+            and not req.schedules
+            and (req.snapshot is None or info.tags is None)
+            and len(req.rows) <= _CTE_ROWS
+        ):  # one atomic statement (through libpq: no cursor)
+            return [await self._lone(None if lean else aconn.cursor(), req, snapshot=True)]
+        clashed = False
+        if lean and self._plain(reqs, info):
+            try:
+                return list(await self._plain_group(reqs, info))
+            except self.db.integrity_errors:  # nothing written: each on its own below
+                clashed = True
+        cur = aconn.cursor()
         if len(reqs) == 1:
             try:
                 async with aconn.transaction():
@@ -181,66 +186,64 @@ class AsyncAppender:
             except DuplicateCommand:
                 return [AppendResult(req.topic, 0, -1, duplicate=True)]
         async with aconn.transaction():
-            return await self._many(aconn, cur, reqs, clashed=clashed)
+            if clashed:
+                return await self._each(aconn, cur, reqs)
+            return await self._many(aconn, cur, reqs)
 
     def _plain(self, reqs: list[AppendRequest], info: TableInfo) -> bool:
         """Whether the group is rows alone, of one topic (``info``'s), few enough for one
         statement (``_plain_group``): no command ids, schedules, snapshots or conditions."""
         topic = reqs[0].topic
-        return (
-            not guarded(reqs[0], info)
-            and sum(len(r.rows) for r in reqs) <= _GROUP_ROWS
-            and all(
-                r.topic == topic
-                and r.command_id is None
-                and not r.schedules
-                and r.snapshot is None
-                and r.condition is None
-                for r in reqs
-            )
+        return sum(len(r.rows) for r in reqs) <= _GROUP_ROWS and all(
+            r.topic == topic
+            and r.command_id is None
+            and not r.schedules
+            and r.snapshot is None
+            and not guarded(r, info)
+            for r in reqs
         )
 
-    async def _plain_group(
-        self, reqs: list[AppendRequest], info: TableInfo
-    ) -> list[AppendResult | Exception]:
+    async def _plain_group(self, reqs: list[AppendRequest], info: TableInfo) -> list[AppendResult]:
         """A ``_plain`` group as one autocommitted statement through libpq (the lone
         append's, with every request's rows): all of it lands or none (a clash raises the
         driver's ``IntegrityError``)."""
         assert self._lean is not None
-        topic, n = reqs[0].topic, sum(len(r.rows) for r in reqs)
-        sql = self._cte_sql(info, n)
+        sql = self._cte_sql(info, sum(len(r.rows) for r in reqs))
         if info.tags is not None:
             sql = info.tags.pg_cte(sql)
-        params = (topic, *(v for r in reqs for row in r.rows for v in row))
-        offsets = [int(o) for o in await self._lean.first_column(sql, params) if o is not None]
-        if len(offsets) != n:
-            raise StoreError(f"topic {topic!r} is not registered in the store")
-        return list(place(topic, reqs, min(offsets))[0])
+        params = (reqs[0].topic, *(v for r in reqs for row in r.rows for v in row))
+        return _placed(reqs, await self._lean.first_column(sql, params))
 
     async def _many(
-        self, aconn: Any, cur: Any, reqs: list[AppendRequest], *, clashed: bool = False
+        self, aconn: Any, cur: Any, reqs: list[AppendRequest]
     ) -> list[AppendResult | Exception]:
-        """The group in the caller's transaction; a clash (``clashed``: one known already)
-        sends each request again on its own, so that only the clashing ones fail."""
+        """The group in the caller's transaction, in a savepoint; a clash sends each
+        request again on its own (``_each``), so that only the clashing ones fail."""
         order = lock_order(reqs)
-        results: list[AppendResult | Exception | None] = [None] * len(reqs)
-        clashes: tuple[type[Exception], ...] = (_Clash, *self.db.integrity_errors)
         try:
-            if clashed:
-                raise _Clash
             async with aconn.transaction():  # a savepoint
                 done = await self._all(cur, [reqs[i] for i in order])
-            for i, res in zip(order, done, strict=True):
-                results[i] = res
-        except clashes:
-            for i in order:
-                try:
-                    async with aconn.transaction():
-                        results[i] = await self._one(cur, reqs[i])
-                except ConcurrencyError as exc:
-                    results[i] = exc
-                except DuplicateCommand:
-                    results[i] = AppendResult(reqs[i].topic, 0, -1, duplicate=True)
+        except self.db.integrity_errors:
+            return await self._each(aconn, cur, reqs)
+        results: list[AppendResult | Exception | None] = [None] * len(reqs)
+        for i, res in zip(order, done, strict=True):
+            results[i] = res
+        return [r for r in results if r is not None]
+
+    async def _each(
+        self, aconn: Any, cur: Any, reqs: list[AppendRequest]
+    ) -> list[AppendResult | Exception]:
+        """Each request in a savepoint of its own (in topic order): a clash fails only its
+        request (``ConcurrencyError`` in its slot)."""
+        results: list[AppendResult | Exception | None] = [None] * len(reqs)
+        for i in lock_order(reqs):
+            try:
+                async with aconn.transaction():
+                    results[i] = await self._one(cur, reqs[i])
+            except ConcurrencyError as exc:
+                results[i] = exc
+            except DuplicateCommand:
+                results[i] = AppendResult(reqs[i].topic, 0, -1, duplicate=True)
         return [r for r in results if r is not None]
 
     async def _bump(self, cur: Any, topic: str, n: int) -> int:
@@ -348,15 +351,13 @@ class AsyncAppender:
         try:
             if lean is not None:  # its own transaction: ~200 us less CPU than the
                 # cursor's execute (pqlean.py)
-                offsets = [int(o) for o in await lean.first_column(sql, params) if o is not None]
+                offsets = await lean.first_column(sql, params)
             else:
                 await cur.execute(sql, params)
-                offsets = [int(o) for (o,) in await cur.fetchall()]
+                offsets = [o for (o,) in await cur.fetchall()]
         except self.db.integrity_errors:
             raise ConcurrencyError(req.topic, req.aggregate_id, req.expected_version) from None
-        if len(offsets) != n:
-            raise StoreError(f"topic {req.topic!r} is not registered in the store")
-        [result], _ = place(req.topic, [req], min(offsets))
+        [result] = _placed([req], offsets)
         return result
 
     async def _one(self, cur: Any, req: AppendRequest) -> AppendResult:
