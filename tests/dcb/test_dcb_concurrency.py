@@ -99,7 +99,10 @@ def test_course_capacity_and_student_limit_hold_under_8_writer_processes(url: st
     assert total["ok"] == len(subs)  # each landed decision is one event, and vice versa
     assert total["already_subscribed"] > 0
     assert total["course_full"] + total["too_many_courses"] > 0
-    assert total["attempts"] > total["ok"]  # the writers did collide, and retried
+    assert total["attempts"] >= total["ok"]
+    # the writers did collide, and retried (a retry may end in a refusal: a decision that
+    # retried and then found the course full counts here, not in ``attempts``)
+    assert total["retries"] > 0
 
 
 def test_a_username_never_has_two_owners_under_8_writer_processes(url: str) -> None:

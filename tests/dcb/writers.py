@@ -4,6 +4,7 @@ builds its own App on the shared store and runs the examples' commands."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
@@ -29,6 +30,19 @@ def start_together(barrier: Any, fn: Callable[..., Any], *args: Any) -> Any:
 PATIENT = rv.DecideOptions(max_attempts=500, backoff_base=0.002, backoff_max=0.05)
 
 
+class _Retries(logging.Handler):
+    """Counts the framework's "clashed with another writer, retrying" records: every
+    retry, of decisions that landed and of those refused after a retry alike."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "clashed with another writer" in record.getMessage():
+            self.count += 1
+
+
 async def _outcome(run: Awaitable[rv.DecisionResult]) -> tuple[str, rv.DecisionResult | None]:
     try:
         return "ok", await run
@@ -52,7 +66,7 @@ def subscribe_everyone(
     url: str, worker: int, students: list[str], course_ids: list[str], in_flight: int = 3
 ) -> dict[str, int]:
     """Try every (student, course) subscription in a shuffled order; outcome counts (and
-    ``attempts``, the decisions made)."""
+    ``attempts``, the decisions made by the ones that landed; ``retries``, every retry)."""
 
     async def main() -> dict[str, int]:
         app = rv.App(store=url)
@@ -60,6 +74,10 @@ def subscribe_everyone(
         log.include(courses)
         pairs = [(s, c) for s in students for c in course_ids]
         random.Random(worker).shuffle(pairs)
+        retries = _Retries()
+        logger = logging.getLogger("reventless.telemetry")
+        logger.addHandler(retries)
+        logger.setLevel(logging.INFO)
         async with app:
             out = await _gather(
                 (
@@ -72,6 +90,7 @@ def subscribe_everyone(
             )
         counts = Counter(code for code, _ in out)
         counts["attempts"] = sum(r.attempts for _, r in out if r is not None)
+        counts["retries"] = retries.count
         return dict(counts)
 
     return asyncio.run(main())
