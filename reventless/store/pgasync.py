@@ -166,12 +166,18 @@ class AsyncAppender:
                 return [AppendResult(req.topic, 0, -1, duplicate=True)]
         if (
             len(reqs) == 1
-            and req.command_id is None
             and not req.schedules
             and (req.snapshot is None or info.tags is None)
-            and len(req.rows) <= _CTE_ROWS
+            and 0 < len(req.rows) <= _CTE_ROWS
         ):  # one atomic statement (through libpq: no cursor)
-            return [await self._lone(None if lean else aconn.cursor(), req, snapshot=True)]
+            if req.command_id is None:
+                return [await self._lone(None if lean else aconn.cursor(), req, snapshot=True)]
+            if lean:  # its command id recorded in the same statement
+                try:
+                    return [await self._lone(None, req, snapshot=True, command=True)]
+                except ConcurrencyError:
+                    pass  # nothing landed: a clash, or the id is recorded; the transaction
+                    # below tells which
         clashed = False
         if lean and self._plain(reqs, info):
             try:
@@ -288,6 +294,25 @@ class AsyncAppender:
             )
         return out
 
+    def _with_command(self, sql: str) -> str:
+        """The one-statement append ``sql`` (plain, or ending ``SELECT _offset FROM ins``)
+        also recording the request's command id in ``rv_commands`` (its parameters after
+        all others: command id, topic, aggregate id, version): a recorded id fails the
+        statement (a unique key), and nothing of it lands."""
+        key = (sql, -2)
+        out = self._cte.get(key)
+        if out is None:
+            tail = " SELECT _offset FROM ins"
+            if not sql.endswith(tail):
+                head, insert = split_append(sql)
+                sql = f"{head}), ins AS (INSERT INTO {insert}){tail}"
+            out = self._cte[key] = (
+                f"{sql.removesuffix(tail)}, cm AS (INSERT INTO rv_commands (command_id, "
+                "topic, aggregate_id, first_offset, last_offset, version) "
+                f"SELECT %s, %s, %s, min(_offset), max(_offset), %s::bigint FROM ins){tail}"
+            )
+        return out
+
     def _unnest_sql(self, info: TableInfo) -> str:
         """Reserve ``n`` offsets and insert ``n`` rows in one statement, the rows' values
         as one array per column: one text (psycopg caches its parse) for any ``n``.
@@ -327,9 +352,12 @@ class AsyncAppender:
             )
         return sql
 
-    async def _lone(self, cur: Any, req: AppendRequest, *, snapshot: bool = False) -> AppendResult:
+    async def _lone(
+        self, cur: Any, req: AppendRequest, *, snapshot: bool = False, command: bool = False
+    ) -> AppendResult:
         """The request's rows in one statement; with ``snapshot``, its snapshot too (a
-        topic without tags: the caller checks)."""
+        topic without tags: the caller checks); with ``command``, its command id too (a
+        recorded one raises ``ConcurrencyError`` as a clash does)."""
         n = len(req.rows)
         info = self.table_of(req.topic)
         lean = self._lean if self._lean is not None and self._lean.idle else None
@@ -348,6 +376,10 @@ class AsyncAppender:
         if snapshot and req.snapshot is not None:  # and the snapshot, in the same statement
             sql = self._with_snapshot(sql)
             params += (req.topic, req.aggregate_id, *req.snapshot)
+        if command:
+            sql = self._with_command(sql)
+            version = None if req.expected_version is None else req.expected_version + n
+            params += (req.command_id, req.topic, req.aggregate_id, version)
         try:
             if lean is not None:  # its own transaction: ~200 us less CPU than the
                 # cursor's execute (pqlean.py)

@@ -140,3 +140,51 @@ async def test_statements_past_the_prepared_limit_are_sent_unnamed(
         cur = await aconn.execute("SELECT count(*) FROM pg_prepared_statements WHERE name ~ '^rv_'")
         assert (await cur.fetchone())[0] == 1
         assert await _stored(app) == [(f"c-{i}", 1) for i in range(1, 7)]
+
+
+async def _commands(app: rv.App) -> dict[str, tuple[Any, ...]]:
+    rows = await app.store.db.read(
+        lambda c: c.exec_driver_sql(
+            "SELECT command_id, aggregate_id, first_offset, last_offset, version FROM rv_commands"
+        ).all()
+    )
+    return {str(r[0]): tuple(r[1:]) for r in rows}
+
+
+@pytest.mark.postgres
+async def test_an_append_with_a_command_id_is_one_statement_with_its_record(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran = _spy(monkeypatch, LeanStatements, "_run")
+    app = rv.App(store=pg_url)
+    log = app.event_log(Counter)
+    async with app:
+        first = await log.execute("c-1", Increment(), command_id="k-1")
+        assert len(ran) == 1 and "rv_commands" in ran[0][0]  # rows and record: one statement
+        events = [Incremented(by=1), Incremented(by=2)]
+        two = await log.append("c-1", events, expected_version=1, command_id="k-2")
+        assert len(ran) == 2
+        assert await _commands(app) == {"k-1": ("c-1", 1, 1, 1), "k-2": ("c-1", 2, 3, 3)}
+        assert (two.first_offset, two.last_offset) == (2, 3)
+        real = app.store.find_command
+        misses = ["k-2"]
+
+        async def late(command_id: str) -> Any:  # misses once: a twin landed just after
+            if command_id in misses:
+                misses.remove(command_id)
+                return None
+            return await real(command_id)
+
+        monkeypatch.setattr(app.store, "find_command", late)
+        # a recorded id: the statement fails whole (nothing lands), the transaction after
+        # it says it is a duplicate, and the original outcome comes back
+        again = await log.append("c-1", [Incremented(by=5)], expected_version=3, command_id="k-2")
+        assert len(ran) == 3
+        assert again.duplicate and (again.first_offset, again.last_offset) == (2, 3)
+        # a clash with a fresh id: nothing of it lands either
+        with pytest.raises(rv.ConcurrencyError):
+            await log.append("c-1", [Incremented(by=7)], expected_version=1, command_id="k-3")
+        assert len(ran) == 4
+        assert await _stored(app) == [("c-1", 1), ("c-1", 2), ("c-1", 3)]
+        assert set(await _commands(app)) == {"k-1", "k-2"}
+        assert not first.duplicate and (await log.load("c-1")).value == 4
