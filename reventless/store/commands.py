@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -27,11 +28,28 @@ from .database import Database
 _MAX_IDS = 500
 
 
-class CommandLookup:
-    """Answers ``find(command_id)`` from ``rv_commands``, batching concurrent lookups."""
+#: PostgreSQL's lookup of any number of ids through libpq: one prepared statement.
+LOOKUP_SQL = (
+    "SELECT command_id, topic, aggregate_id, first_offset, last_offset, version "
+    "FROM rv_commands WHERE command_id = ANY(%s::text[])"
+)
 
-    def __init__(self, db: Database) -> None:
+
+class CommandLookup:
+    """Answers ``find(command_id)`` from ``rv_commands``, batching concurrent lookups.
+
+    ``text_rows``: how PostgreSQL reads ``LOOKUP_SQL`` on the event loop (its rows as
+    text, through libpq: ``pgasync.AsyncAppender.read_rows``), instead of a reader
+    thread's hop there and back (~0.3 ms per command sent with an id)."""
+
+    def __init__(
+        self,
+        db: Database,
+        text_rows: Callable[[str, Sequence[Any]], Awaitable[list[tuple[bytes | None, ...]]]]
+        | None = None,
+    ) -> None:
         self.db = db
+        self.text_rows = text_rows
         self._queued: dict[str, list[asyncio.Future[CommandRecord | None]]] = {}
         self._reader: asyncio.Task[None] | None = None
 
@@ -52,7 +70,10 @@ class CommandLookup:
                 ids = list(self._queued)[:_MAX_IDS]
                 waiting = {i: self._queued.pop(i) for i in ids}
                 try:
-                    found = await self.db.read(partial(self._read, ids=ids))
+                    if self.text_rows is not None:
+                        found = _records(await self.text_rows(LOOKUP_SQL, (ids,)))
+                    else:
+                        found = await self.db.read(partial(self._read, ids=ids))
                 except BaseException as exc:
                     for futs in waiting.values():
                         for f in futs:
@@ -77,6 +98,23 @@ class CommandLookup:
         cur: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         cur.execute(sql, tuple(params))
         return {str(r[0]): _record(r) for r in cur.fetchall()}
+
+
+def _records(rows: list[tuple[bytes | None, ...]]) -> dict[str, CommandRecord]:
+    """``LOOKUP_SQL``'s rows as text -> records by command id."""
+
+    def text(v: bytes | None) -> str | None:
+        return None if v is None else v.decode()
+
+    def number(v: bytes | None) -> int | None:
+        return None if v is None else int(v)
+
+    return {
+        str(text(cid)): CommandRecord(
+            str(text(cid)), str(text(topic)), text(agg), number(first), number(last), number(ver)
+        )
+        for cid, topic, agg, first, last, ver in rows
+    }
 
 
 def _record(row: tuple[Any, ...]) -> CommandRecord:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -57,6 +58,8 @@ _VALUES_ROWS = 3
 _GROUP_ROWS = 64
 #: COPY pays off from about this many rows in one statement.
 _COPY_ROWS = 64
+
+T = TypeVar("T")
 _BUMP = (
     "UPDATE rv_topics SET head = head + %s WHERE name = %s "
     f"RETURNING head, pg_notify('{NOTIFY_CHANNEL}', name || ':' || head::text)"
@@ -126,31 +129,58 @@ class AsyncAppender:
     async def group(self, reqs: list[AppendRequest]) -> list[AppendResult | Exception]:
         """Append ``reqs`` atomically; clashes fail only their request. Bounded by the
         store's ``timeout`` (``StoreError``: the group may or may not have committed)."""
+        return await self._bounded(partial(self._group, reqs=reqs))
+
+    async def read_rows(self, sql: str, params: Sequence[Any]) -> list[tuple[bytes | None, ...]]:
+        """The rows (as text) of one read statement through libpq, on this appender's
+        connection (one that only reads: its statements never run inside a transaction).
+        Repeated once on a fresh connection if the connection was lost (a restarted
+        server), as the store's reads are; bounded by the store's ``timeout``."""
+
+        async def rows(_: Any) -> list[tuple[bytes | None, ...]]:
+            assert self._lean is not None
+            return await self._lean.rows(sql, params)
+
+        return await self._bounded(rows, reading=True)
+
+    async def _bounded(self, work: Callable[[Any], Awaitable[T]], *, reading: bool = False) -> T:
+        """``work(connection)`` under the store's ``timeout``, its driver's errors typed
+        (``StoreFullError`` for a full disk); ``reading``: a lost connection is replaced
+        and ``work`` repeated once."""
         deadline = self.db.deadline()
         timer = None
         if deadline is not None:  # counts from here: a (re)connect is part of the wait
             timer = asyncio.get_running_loop().call_later(deadline.seconds, deadline.expire)
+        verb = "read" if reading else "write"
         try:
-            try:
-                aconn, sock = await self._connection()  # bounded by connect_timeout
-            except sa.exc.OperationalError as exc:
-                raise StoreError(f"store write failed: {exc.orig}") from exc
-            except self.db.operational_errors as exc:
-                raise StoreError(f"store write failed: {exc}") from exc
-            if deadline is not None:
-                deadline.arm_socket(sock)  # StoreError if connecting used the time up
-            return await self._group(aconn, reqs)
-        except self.db.operational_errors as exc:
-            if self._conn is not None:
-                await self._conn.invalidate()
-            if deadline is not None and deadline.expired:
-                raise deadline.error() from exc
-            raise write_error(exc) from exc  # StoreFullError on a full disk
+            for attempt in (1, 2):
+                try:
+                    aconn, sock = await self._connection()  # bounded by connect_timeout
+                except sa.exc.OperationalError as exc:
+                    raise StoreError(f"store {verb} failed: {exc.orig}") from exc
+                except self.db.operational_errors as exc:
+                    raise StoreError(f"store {verb} failed: {exc}") from exc
+                if deadline is not None:
+                    deadline.arm_socket(sock)  # StoreError if connecting used the time up
+                try:
+                    return await work(aconn)
+                except self.db.operational_errors as exc:
+                    if self._conn is not None:
+                        await self._conn.invalidate()
+                    if deadline is not None and deadline.expired:
+                        raise deadline.error() from exc
+                    if reading and attempt == 1:
+                        continue  # a read is safe to repeat, on a fresh connection
+                    if reading:
+                        raise StoreError(f"store read failed: {exc}") from exc
+                    raise write_error(exc) from exc  # StoreFullError on a full disk
+                finally:
+                    if deadline is not None:
+                        deadline.disarm()
+            raise AssertionError("unreachable")  # pragma: no cover
         finally:
             if timer is not None:
                 timer.cancel()
-            if deadline is not None:
-                deadline.disarm()
 
     async def _group(self, aconn: Any, reqs: list[AppendRequest]) -> list[AppendResult | Exception]:
         req = reqs[0]

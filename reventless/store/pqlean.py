@@ -107,6 +107,16 @@ class LeanStatements:
 
         psycopg deallocates every prepared statement of the connection after a rollback
         it runs (``DEALLOCATE ALL``): a statement found gone is prepared again, once."""
+        res = await self._result(sql, params)
+        return [res.get_value(i, 0) for i in range(res.ntuples)]
+
+    async def rows(self, sql: str, params: Sequence[Any]) -> list[tuple[bytes | None, ...]]:
+        """``first_column``'s statement, every column of its rows (as text)."""
+        res = await self._result(sql, params)
+        width = range(res.nfields)
+        return [tuple(res.get_value(i, j) for j in width) for i in range(res.ntuples)]
+
+    async def _result(self, sql: str, params: Sequence[Any]) -> pq.abc.PGresult:
         values = self._tx.dump_sequence(params, [PyFormat.TEXT] * len(params))
         try:
             return await self._run(sql, values)
@@ -114,7 +124,7 @@ class LeanStatements:
             self._names.clear()
             return await self._run(sql, values)
 
-    async def _run(self, sql: str, values: Sequence[Any]) -> list[bytes | None]:
+    async def _run(self, sql: str, values: Sequence[Any]) -> pq.abc.PGresult:
         name = self._names.get(sql)
         if name is None and len(self._names) >= MAX_PREPARED:
             self.pgconn.send_query_params(numbered(sql).encode(self._encoding), values)
@@ -126,8 +136,7 @@ class LeanStatements:
                 await self._results()
                 self._names[sql] = name
             self.pgconn.send_query_prepared(name, values)
-        res = (await self._results())[0]
-        return [res.get_value(i, 0) for i in range(res.ntuples)]
+        return (await self._results())[0]
 
     async def _results(self) -> list[pq.abc.PGresult]:
         """Every result of the statement sent (it is then idle again); the first failed

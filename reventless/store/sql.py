@@ -119,6 +119,8 @@ class SqlEventStore:
         self.known_heads: dict[str, int] = {}
         self._appender = Appender(db, lambda topic: self._entry(topic).info)
         self._async: AsyncAppender | None = None
+        #: PostgreSQL's command-id lookups (``CommandLookup.text_rows``).
+        self._looker: AsyncAppender | None = None
         #: Conditional appends and appends to DCB logs (``dcb.py``).
         self._dcb = DcbAppends(db, lambda topic: self._entry(topic).info, self._appender, None)
         #: Commits signalled so far (own appends, NOTIFYs): see ``wait_for_change``.
@@ -185,6 +187,11 @@ class SqlEventStore:
             from .pgasync import AsyncAppender
 
             self._async = AsyncAppender(self.db, lambda topic: self._entry(topic).info, self.db.url)
+            # command ids are looked up on a connection of their own, from the event loop
+            self._looker = AsyncAppender(
+                self.db, lambda topic: self._entry(topic).info, self.db.url
+            )
+            self._commands.text_rows = self._looker.read_rows
             self._dcb = DcbAppends(
                 self.db,
                 lambda topic: self._entry(topic).info,
@@ -238,6 +245,10 @@ class SqlEventStore:
         if self._async is not None:
             await self._async.close()
             self._async = None
+        if self._looker is not None:
+            self._commands.text_rows = None
+            await self._looker.close()
+            self._looker = None
         await self._dcb.close()
         await asyncio.to_thread(self._arrow.close)  # (waits for helper processes to exit)
         await self.db.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import psycopg
 import pytest
 
 import reventless as rv
@@ -156,14 +157,19 @@ async def test_an_append_with_a_command_id_is_one_statement_with_its_record(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ran = _spy(monkeypatch, LeanStatements, "_run")
+
+    def appends() -> list[str]:
+        return [str(args[0]) for args in ran if "INSERT" in args[0]]
+
     app = rv.App(store=pg_url)
     log = app.event_log(Counter)
     async with app:
         first = await log.execute("c-1", Increment(), command_id="k-1")
-        assert len(ran) == 1 and "rv_commands" in ran[0][0]  # rows and record: one statement
+        # rows and record: one statement
+        assert len(appends()) == 1 and "rv_commands" in appends()[0]
         events = [Incremented(by=1), Incremented(by=2)]
         two = await log.append("c-1", events, expected_version=1, command_id="k-2")
-        assert len(ran) == 2
+        assert len(appends()) == 2
         assert await _commands(app) == {"k-1": ("c-1", 1, 1, 1), "k-2": ("c-1", 2, 3, 3)}
         assert (two.first_offset, two.last_offset) == (2, 3)
         real = app.store.find_command
@@ -179,12 +185,36 @@ async def test_an_append_with_a_command_id_is_one_statement_with_its_record(
         # a recorded id: the statement fails whole (nothing lands), the transaction after
         # it says it is a duplicate, and the original outcome comes back
         again = await log.append("c-1", [Incremented(by=5)], expected_version=3, command_id="k-2")
-        assert len(ran) == 3
+        assert len(appends()) == 3
         assert again.duplicate and (again.first_offset, again.last_offset) == (2, 3)
         # a clash with a fresh id: nothing of it lands either
         with pytest.raises(rv.ConcurrencyError):
             await log.append("c-1", [Incremented(by=7)], expected_version=1, command_id="k-3")
-        assert len(ran) == 4
+        assert len(appends()) == 4
         assert await _stored(app) == [("c-1", 1), ("c-1", 2), ("c-1", 3)]
         assert set(await _commands(app)) == {"k-1", "k-2"}
         assert not first.duplicate and (await log.load("c-1")).value == 4
+
+
+@pytest.mark.postgres
+async def test_command_ids_are_looked_up_through_libpq_and_again_after_a_lost_connection(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran = _spy(monkeypatch, LeanStatements, "_run")
+    app = rv.App(store=pg_url)
+    log = app.event_log(Counter)
+    async with app:
+        first = await log.execute("c-1", Increment(), command_id="k-1")
+        lookups = [args for args in ran if "FROM rv_commands" in args[0]]
+        assert len(lookups) == 1  # on the event loop, not a reader thread
+        looker = app.store._looker  # type: ignore[attr-defined]
+        conn, _ = await looker._connection()
+        pid = conn.info.backend_pid
+        async with await psycopg.AsyncConnection.connect(
+            pg_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+        ) as admin:  # the lookup connection is cut (as a restarted server would)
+            await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        again = await log.execute("c-1", Increment(), command_id="k-1")
+        assert again.duplicate and (again.first_offset, again.version) == (1, 1)
+        assert (await looker._connection())[0].info.backend_pid != pid  # a fresh one
+        assert not first.duplicate and await _stored(app) == [("c-1", 1)]
