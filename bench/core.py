@@ -123,6 +123,54 @@ async def _rv_seq(where: Where, n: int) -> float:
     return n / dt
 
 
+async def _rv_seq_id(where: Where, n: int) -> float:
+    """``_rv_seq`` with a fresh command id on every command (looked up, then recorded with
+    the command's rows)."""
+    app = _app(where)
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("seq-0", Increment(by=1), command_id="warm-up")
+        ids = [f"cmd-{i}" for i in range(n)]
+        t0 = perf()
+        for cid in ids:
+            await log.execute("seq-0", Increment(by=1), command_id=cid)
+        dt = perf() - t0
+        check((await log.load("seq-0")).value == n + 1, "reventless seq-id value")
+    return n / dt
+
+
+def _raw_seq_id(where: Where, n: int) -> float:
+    """Raw's sequential commands with an id: the id looked up in a table of ids, then one
+    transaction of the event's row and the id's row."""
+    pg = isinstance(where, PgDb)
+    con = _raw(where)
+    mark = "%s" if pg else "?"
+    con.execute(
+        'CREATE TABLE IF NOT EXISTS commands (id TEXT PRIMARY KEY, "offset" BIGINT NOT NULL)'
+    )
+    insert = _insert(where) + (' RETURNING "offset"' if pg else "")
+    record = f"INSERT INTO commands VALUES ({mark}, {mark})"
+    lookup = f'SELECT "offset" FROM commands WHERE id = {mark}'
+    t0 = perf()
+    for v in range(1, n + 1):
+        cid = f"cmd-{v}"
+        check(con.execute(lookup, (cid,)).fetchone() is None, "raw seq-id lookup")
+        row = ("seq-0", v, "Incremented", RAW_DATA)
+        if pg:
+            with con.transaction():
+                offset = con.execute(insert, row).fetchone()[0]
+                con.execute(record, (cid, offset))
+        else:
+            con.execute("BEGIN")
+            offset = con.execute(insert, row).lastrowid
+            con.execute(record, (cid, offset))
+            con.execute("COMMIT")
+    dt = perf() - t0
+    check(con.execute("SELECT COUNT(*) FROM commands").fetchone()[0] == n, "raw seq-id count")
+    con.close()
+    return n / dt
+
+
 def _rv_sql_replay(where: Where, n: int) -> float:
     """reventless's own statements of ``n`` sequential commands replayed through
     ``sqlite3`` with no framework around them: the rows its log builds (drawn before the
@@ -566,6 +614,17 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             ">= 1.5x es, >= 85% raw",
             1.5,
             0.85,
+        ),
+        Row(
+            "seq1_id",
+            "sequential commands, 1 event each, each with a command id (`execute(..., "
+            "command_id=...)`; raw: a lookup, then the row and the id's row in one transaction)",
+            "cmd/s",
+            {
+                "reventless": arun(_rv_seq_id, seq),
+                "raw": lambda p: _raw_seq_id(p, seq),
+            },
+            "(reference)",
         ),
         *(
             []
