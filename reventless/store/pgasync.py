@@ -66,6 +66,28 @@ _BUMP = (
 )
 
 
+def _command_arrays(reqs: list[AppendRequest]) -> tuple[list[Any], ...]:
+    """The command ids of a group's requests as ``_with_commands`` takes them: ids,
+    aggregate ids, the first and last positions of their rows in the group (from 1), and
+    the versions they leave."""
+    ids: list[Any] = []
+    aggs: list[Any] = []
+    lo: list[Any] = []
+    hi: list[Any] = []
+    versions: list[Any] = []
+    at = 1
+    for r in reqs:
+        n = len(r.rows)
+        if r.command_id is not None:
+            ids.append(r.command_id)
+            aggs.append(r.aggregate_id)
+            lo.append(at)
+            hi.append(at + n - 1)
+            versions.append(None if r.expected_version is None else r.expected_version + n)
+        at += n
+    return ids, aggs, lo, hi, versions
+
+
 def _placed(reqs: list[AppendRequest], offsets: Sequence[Any]) -> list[AppendResult]:
     """The requests' results from the ``_offset`` values (ints, or libpq's text) that
     their one statement returned; ``StoreError`` if fewer rows came back than were sent
@@ -206,8 +228,8 @@ class AsyncAppender:
                 try:
                     return [await self._lone(None, req, snapshot=True, command=True)]
                 except ConcurrencyError:
-                    pass  # nothing landed: a clash, or the id is recorded; the transaction
-                    # below tells which
+                    lean = False  # nothing landed: a clash, or the id is recorded; the
+                    # transaction below tells which
         clashed = False
         if lean and self._plain(reqs, info):
             try:
@@ -227,12 +249,13 @@ class AsyncAppender:
             return await self._many(aconn, cur, reqs)
 
     def _plain(self, reqs: list[AppendRequest], info: TableInfo) -> bool:
-        """Whether the group is rows alone, of one topic (``info``'s), few enough for one
-        statement (``_plain_group``): no command ids, schedules, snapshots or conditions."""
+        """Whether the group is rows alone (and command ids), of one topic (``info``'s),
+        few enough for one statement (``_plain_group``): no schedules, snapshots or
+        conditions."""
         topic = reqs[0].topic
         return sum(len(r.rows) for r in reqs) <= _GROUP_ROWS and all(
             r.topic == topic
-            and r.command_id is None
+            and (r.command_id is None or r.rows)
             and not r.schedules
             and r.snapshot is None
             and not guarded(r, info)
@@ -244,10 +267,17 @@ class AsyncAppender:
         append's, with every request's rows): all of it lands or none (a clash raises the
         driver's ``IntegrityError``)."""
         assert self._lean is not None
-        sql = self._cte_sql(info, sum(len(r.rows) for r in reqs))
+        n = sum(len(r.rows) for r in reqs)
+        sql = self._cte_sql(info, n)
         if info.tags is not None:
             sql = info.tags.pg_cte(sql)
-        params = (reqs[0].topic, *(v for r in reqs for row in r.rows for v in row))
+        params: tuple[Any, ...] = (
+            reqs[0].topic,
+            *(v for r in reqs for row in r.rows for v in row),
+        )
+        if any(r.command_id is not None for r in reqs):
+            sql = self._with_commands(sql, n)
+            params += (reqs[0].topic, *_command_arrays(reqs))
         return _placed(reqs, await self._lean.first_column(sql, params))
 
     async def _many(
@@ -340,6 +370,26 @@ class AsyncAppender:
                 f"{sql.removesuffix(tail)}, cm AS (INSERT INTO rv_commands (command_id, "
                 "topic, aggregate_id, first_offset, last_offset, version) "
                 f"SELECT %s, %s, %s, min(_offset), max(_offset), %s::bigint FROM ins){tail}"
+            )
+        return out
+
+    def _with_commands(self, sql: str, n: int) -> str:
+        """``_with_command`` for a group statement of ``n`` rows: its requests' command
+        ids recorded from arrays (``_command_arrays``; after them, the topic first), each
+        at the offsets of its rows' positions in the group."""
+        key = (sql, -3)
+        out = self._cte.get(key)
+        if out is None:
+            tail = " SELECT _offset FROM ins"
+            if not sql.endswith(tail):
+                head, insert = split_append(sql)
+                sql = f"{head}), ins AS (INSERT INTO {insert}){tail}"
+            out = self._cte[key] = (
+                f"{sql.removesuffix(tail)}, cm AS (INSERT INTO rv_commands (command_id, "
+                "topic, aggregate_id, first_offset, last_offset, version) "
+                f"SELECT c.id, %s, c.agg, h.head - {n} + c.lo, h.head - {n} + c.hi, c.ver "
+                "FROM h, unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], "
+                f"%s::bigint[]) AS c(id, agg, lo, hi, ver)){tail}"
             )
         return out
 

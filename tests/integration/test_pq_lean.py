@@ -218,3 +218,43 @@ async def test_command_ids_are_looked_up_through_libpq_and_again_after_a_lost_co
         assert again.duplicate and (again.first_offset, again.version) == (1, 1)
         assert (await looker._connection())[0].info.backend_pid != pid  # a fresh one
         assert not first.duplicate and await _stored(app) == [("c-1", 1)]
+
+
+@pytest.mark.postgres
+async def test_a_group_with_command_ids_is_one_statement_and_a_recorded_id_fails_its_own(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reventless.store.append import AppendRequest, AppendResult
+    from reventless.store.pgasync import AsyncAppender
+
+    calls = _spy(monkeypatch, AsyncAppender, "_plain_group")
+    app = rv.App(store=pg_url)
+    log = app.event_log(Counter)
+
+    def req(agg: str, n: int, cid: str | None) -> AppendRequest:
+        rows = log._rows(agg, 0, [Incremented()] * n, rv.Metadata(), None, cid)
+        return AppendRequest(log.name, rows, agg, 0, cid)
+
+    async with app:
+        await log.execute("c-0", Increment(), command_id="k-0")  # a lone append
+        got = await app.store.append_many(
+            [req("d-1", 2, "k-1"), req("d-2", 1, None), req("d-3", 3, "k-3")]
+        )
+        assert [len(reqs) for reqs, _ in calls] == [3]  # one statement
+        assert [(r.first_offset, r.last_offset) for r in got] == [(2, 3), (4, 4), (5, 7)]
+        assert await _commands(app) == {
+            "k-0": ("c-0", 1, 1, 1),
+            "k-1": ("d-1", 2, 3, 2),
+            "k-3": ("d-3", 5, 7, 3),
+        }
+        # k-1 is recorded: the group statement writes nothing, then each request goes on
+        # its own and only that one is a duplicate
+        got = await app.store.append_many([req("e-1", 1, "k-1"), req("e-2", 1, "k-4")])
+        assert [len(reqs) for reqs, _ in calls] == [3, 2]
+        first, second = got
+        assert isinstance(first, AppendResult) and first.duplicate
+        assert isinstance(second, AppendResult) and not second.duplicate
+        assert second.first_offset == 8  # gapless: the failed statement left no hole
+        assert (await _commands(app))["k-4"] == ("e-2", 8, 8, 1)
+        stored = [a for a, _ in await _stored(app)]
+        assert stored == ["c-0", "d-1", "d-1", "d-2", "d-3", "d-3", "d-3", "e-2"]  # no e-1
