@@ -139,6 +139,25 @@ async def _rv_seq_id(where: Where, n: int) -> float:
     return n / dt
 
 
+async def _rv_conc_id(where: Where, workers: int, per: int) -> float:
+    """``workers`` concurrent streams of ``per`` commands (as ``inflight64``), each
+    command with a fresh command id."""
+    app = _app(where)
+    log = app.event_log(Counter)
+
+    async def worker(i: int) -> None:
+        for k in range(per):
+            await log.execute(f"conc-{i}", Increment(by=1), command_id=f"cmd-{i}-{k}")
+
+    async with app:
+        await asyncio.gather(*(log.execute(f"conc-{i}", Increment(by=1)) for i in range(workers)))
+        t0 = perf()
+        await asyncio.gather(*(worker(i) for i in range(workers)))
+        dt = perf() - t0
+        check(await rv_count(app) == workers * (per + 1), "reventless conc-id count")
+    return workers * per / dt
+
+
 def _raw_seq_id(where: Where, n: int) -> float:
     """Raw's sequential commands with an id: the id looked up in a table of ids, then one
     transaction of the event's row and the id's row."""
@@ -665,6 +684,16 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             ">= 40% raw",
             None,
             0.40,
+        ),
+        Row(
+            "inflight64_id",
+            "64 commands in flight, each with a command id (raw: 64 rows per transaction)",
+            "cmd/s",
+            {
+                "reventless": arun(_rv_conc_id, w, per),
+                "raw": lambda p: _raw_rows(p, per * 2, 64),
+            },
+            "(reference)",
         ),
         Row(
             "load_snap",
