@@ -114,6 +114,8 @@ class AsyncAppender:
         #: The one-statement appends through the connection's libpq handle (pqlean.py).
         self._lean: LeanStatements | None = None
         self._cte: dict[tuple[str, int], str] = {}
+        #: Held by a read through libpq (``read_rows``, ``read_typed``).
+        self._reading = asyncio.Lock()
 
     async def _connection(self) -> tuple[Any, socket.socket]:
         if self._lean is not None and self._lean.broken and self._conn is not None:
@@ -163,7 +165,25 @@ class AsyncAppender:
             assert self._lean is not None
             return await self._lean.rows(sql, params)
 
-        return await self._bounded(rows, reading=True)
+        async with self._reading:
+            return await self._bounded(rows, reading=True)
+
+    async def read_typed(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """``read_rows`` with each value loaded as a psycopg cursor would (its column's
+        type)."""
+
+        async def rows(_: Any) -> list[tuple[Any, ...]]:
+            assert self._lean is not None
+            return await self._lean.typed_rows(sql, params)
+
+        async with self._reading:
+            return await self._bounded(rows, reading=True)
+
+    @property
+    def reading(self) -> bool:
+        """Whether a ``read_rows`` or ``read_typed`` runs (the others wait for it: one
+        statement at a time on the connection)."""
+        return self._reading.locked()
 
     async def _bounded(self, work: Callable[[Any], Awaitable[T]], *, reading: bool = False) -> T:
         """``work(connection)`` under the store's ``timeout``, its driver's errors typed

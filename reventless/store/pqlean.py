@@ -116,6 +116,13 @@ class LeanStatements:
         width = range(res.nfields)
         return [tuple(res.get_value(i, j) for j in width) for i in range(res.ntuples)]
 
+    async def typed_rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """``rows``, each value loaded by psycopg's own loaders for its column's type (the
+        Python values a psycopg cursor's ``fetchall`` gives)."""
+        res = await self._result(sql, params)
+        self._tx.set_pgresult(res)
+        return self._tx.load_rows(0, res.ntuples, tuple)
+
     async def _result(self, sql: str, params: Sequence[Any]) -> pq.abc.PGresult:
         values = self._tx.dump_sequence(params, [PyFormat.TEXT] * len(params))
         try:

@@ -187,7 +187,8 @@ class SqlEventStore:
             from .pgasync import AsyncAppender
 
             self._async = AsyncAppender(self.db, lambda topic: self._entry(topic).info, self.db.url)
-            # command ids are looked up on a connection of their own, from the event loop
+            # command ids are looked up, and aggregates loaded, on a connection of their
+            # own from the event loop (through libpq)
             self._looker = AsyncAppender(
                 self.db, lambda topic: self._entry(topic).info, self.db.url
             )
@@ -772,17 +773,17 @@ class SqlEventStore:
         entry = self._entry(topic)
         if entry.load_sql is not None:  # PostgreSQL: one statement (see _load_sql)
             load_sql = entry.load_sql
+            params = (aggregate_id, topic, aggregate_id, topic, aggregate_id)
+            looker = self._looker
+            if looker is not None and not looker.reading:
+                # from the event loop through libpq (no hop to a reader thread and back);
+                # while it reads, other loads take the reader threads
+                return _snapshot_first(await looker.read_typed(load_sql, params))
 
             def one(conn: Connection) -> tuple[tuple[int, str, str] | None, list[StoredRow]]:
                 cur = raw_cursor(conn)
-                cur.execute(load_sql, (aggregate_id, topic, aggregate_id, topic, aggregate_id))
-                rows: list[StoredRow] = cur.fetchall()
-                if not rows or rows[0][OFFSET_AT] is not None:
-                    return None, rows
-                s = rows[0]  # the snapshot's row
-                snap = (int(s[_SNAP_VERSION_AT]), s[_SNAP_FINGERPRINT_AT], s[_SNAP_STATE_AT])
-                del rows[0]
-                return snap, rows
+                cur.execute(load_sql, params)
+                return _snapshot_first(cur.fetchall())
 
             return await self.db.read_point(one)
         mark = self.db.mark
@@ -1019,6 +1020,17 @@ def quote_text(name: str) -> str:
 #: types: bigint, text, text): its version, fingerprint and state.
 _SNAPSHOT_AS = {"_row_idx": "version", "_type": "fingerprint", "_msg_id": "state"}
 _SNAP_VERSION_AT, _SNAP_FINGERPRINT_AT, _SNAP_STATE_AT = ROW_IDX_AT, TYPE_AT, MSG_ID_AT
+
+
+def _snapshot_first(
+    rows: list[StoredRow],
+) -> tuple[tuple[int, str, str] | None, list[StoredRow]]:
+    """``_load_sql``'s rows -> the snapshot ``(version, fingerprint, state)`` (None if
+    its first row is not one) and the rows after it."""
+    if not rows or rows[0][OFFSET_AT] is not None:
+        return None, rows
+    s = rows[0]  # the snapshot's row
+    return (int(s[_SNAP_VERSION_AT]), s[_SNAP_FINGERPRINT_AT], s[_SNAP_STATE_AT]), rows[1:]
 
 
 def _load_sql(q: Callable[[str], str], table: str, names: Sequence[str]) -> str:

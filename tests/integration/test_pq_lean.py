@@ -44,6 +44,11 @@ def _spy(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> list[tuple[
     return calls
 
 
+def _appends(calls: list[tuple[Any, ...]]) -> list[str]:
+    """The statements among ``LeanStatements._run``'s calls that append (not reads)."""
+    return [str(args[0]) for args in calls if "INSERT" in args[0]]
+
+
 def _appender(app: rv.App) -> Any:
     appender = app.store._async  # type: ignore[attr-defined]
     assert appender is not None
@@ -61,14 +66,14 @@ async def test_an_append_after_psycopg_deallocated_every_statement_lands(
     async with app:
         await log.execute("c-1", Increment())
         await log.execute("c-1", Increment())
-        assert len(ran) == 2  # both through libpq
+        assert len(_appends(ran)) == 2  # both through libpq
         aconn, _ = await _appender(app)._connection()
         await aconn.execute("DEALLOCATE ALL")
         await log.execute("c-1", Increment())
-        assert len(ran) == 4  # the statement was gone, prepared again, sent again
+        assert len(_appends(ran)) == 4  # the statement was gone, prepared again, sent again
         assert await _stored(app) == [("c-1", 1), ("c-1", 2), ("c-1", 3)]
         await log.execute("c-2", Increment())  # and kept from then on
-        assert len(ran) == 5
+        assert len(_appends(ran)) == 5
         assert (await log.load("c-1")).value == 3
 
 
@@ -159,7 +164,7 @@ async def test_an_append_with_a_command_id_is_one_statement_with_its_record(
     ran = _spy(monkeypatch, LeanStatements, "_run")
 
     def appends() -> list[str]:
-        return [str(args[0]) for args in ran if "INSERT" in args[0]]
+        return _appends(ran)
 
     app = rv.App(store=pg_url)
     log = app.event_log(Counter)
@@ -268,3 +273,34 @@ async def test_a_group_with_command_ids_is_one_statement_and_a_recorded_id_fails
         assert (await _commands(app))["k-4"] == ("e-2", 8, 8, 1)
         stored = [a for a, _ in await _stored(app)]
         assert stored == ["c-0", "d-1", "d-1", "d-2", "d-3", "d-3", "d-3", "e-2"]  # no e-1
+
+
+@pytest.mark.postgres
+async def test_a_load_goes_through_libpq_while_its_connection_is_free_else_a_reader_thread(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran = _spy(monkeypatch, LeanStatements, "_run")
+
+    def loads() -> int:
+        return sum("UNION ALL" in args[0] for args in ran)
+
+    every3 = rv.AppOptions(log=rv.LogOptions(snapshot_every=3))
+    app = rv.App(store=pg_url, options=every3)
+    log = app.event_log(Counter)
+    async with app:
+        assert (await log.execute("c-1", Increment(by=2))).version == 1  # a new id: loaded
+        assert loads() == 1
+        for by in (3, 4, 5):  # a snapshot at version 3, one event after it
+            await log.execute("c-1", Increment(by=by))
+        snap, rows = await app.store.load(log.name, "c-1")  # typed by psycopg's loaders
+        assert snap is not None and snap[0] == 3 and [r[4] for r in rows] == [4]
+        log.forget()
+        through_libpq = await log.load("c-1")
+        assert loads() == 3
+        looker = app.store._looker  # type: ignore[attr-defined]
+        async with looker._reading:  # busy: the load takes a reader thread instead
+            log.forget()
+            through_thread = await log.load("c-1")
+        assert loads() == 3
+        assert (through_libpq.value, through_libpq.version) == (14, 4)
+        assert through_thread.model_dump() == through_libpq.model_dump()
