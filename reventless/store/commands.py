@@ -56,7 +56,8 @@ class CommandLookup:
     async def find(self, command_id: str) -> CommandRecord | None:
         """The record of the append that carried ``command_id``; None if none has."""
         if self.db.is_sqlite and not self.db.is_memory:
-            return self.db.read_sync(lambda conn: self._read(conn, [command_id])).get(command_id)
+            read = partial(self._read, ids=[command_id])
+            return self.db.read_sync(read, autocommit=True).get(command_id)  # one SELECT
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[CommandRecord | None] = loop.create_future()
         self._queued.setdefault(command_id, []).append(fut)

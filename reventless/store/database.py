@@ -683,8 +683,8 @@ class Database:
         autocommit: bool = False,
     ) -> T:
         """Run ``fn`` in one read transaction (a consistent snapshot) on the calling thread.
-        ``autocommit`` (PostgreSQL, ``read_point``): no transaction, ``fn`` reads with one
-        statement on the connection's DBAPI cursor."""
+        ``autocommit``: no transaction, ``fn`` reads with one statement on the connection's
+        DBAPI cursor."""
         if self.is_memory:  # the one shared connection, used by the writer thread
             return self.write_sync(fn)
         for attempt in (1, 2):
@@ -695,6 +695,10 @@ class Database:
                     self._reader_conns.append(conn)
                 if deadline is not None:
                     deadline.arm(_fileno(conn))
+                if autocommit and self.is_sqlite:
+                    # SQLite's connections send no BEGIN of their own (isolation_level
+                    # None): a lone statement is its own read transaction
+                    return fn(conn)
                 if autocommit:
                     return _autocommit(conn, fn)
                 with conn.begin():
