@@ -60,6 +60,11 @@ _GROUP_ROWS = 64
 _COPY_ROWS = 64
 
 T = TypeVar("T")
+#: The head of the CTE recording command ids (``_with_command``, ``_with_commands``).
+_RECORD = (
+    "cm AS (INSERT INTO rv_commands (command_id, topic, aggregate_id, first_offset, "
+    "last_offset, version)"
+)
 _BUMP = (
     "UPDATE rv_topics SET head = head + %s WHERE name = %s "
     f"RETURNING head, pg_notify('{NOTIFY_CHANNEL}', name || ':' || head::text)"
@@ -374,44 +379,41 @@ class AsyncAppender:
             )
         return out
 
-    def _with_command(self, sql: str) -> str:
+    def _plus(self, sql: str, kind: int, cte: str) -> str:
         """The one-statement append ``sql`` (plain, or ending ``SELECT _offset FROM ins``)
-        also recording the request's command id in ``rv_commands`` (its parameters after
-        all others: command id, topic, aggregate id, version): a recorded id fails the
-        statement (a unique key), and nothing of it lands."""
-        key = (sql, -2)
+        with the data-modifying ``cte`` after its others (its parameters after all others'),
+        kept by ``(sql, kind)``."""
+        key = (sql, kind)
         out = self._cte.get(key)
         if out is None:
             tail = " SELECT _offset FROM ins"
             if not sql.endswith(tail):
                 head, insert = split_append(sql)
                 sql = f"{head}), ins AS (INSERT INTO {insert}){tail}"
-            out = self._cte[key] = (
-                f"{sql.removesuffix(tail)}, cm AS (INSERT INTO rv_commands (command_id, "
-                "topic, aggregate_id, first_offset, last_offset, version) "
-                f"SELECT %s, %s, %s, min(_offset), max(_offset), %s::bigint FROM ins){tail}"
-            )
+            out = self._cte[key] = f"{sql.removesuffix(tail)}, {cte}{tail}"
         return out
+
+    def _with_command(self, sql: str) -> str:
+        """``sql`` also recording the request's command id in ``rv_commands`` (parameters:
+        command id, topic, aggregate id, version): a recorded id fails the statement (a
+        unique key), and nothing of it lands."""
+        return self._plus(
+            sql,
+            -2,
+            f"{_RECORD} SELECT %s, %s, %s, min(_offset), max(_offset), %s::bigint FROM ins)",
+        )
 
     def _with_commands(self, sql: str, n: int) -> str:
         """``_with_command`` for a group statement of ``n`` rows: its requests' command
         ids recorded from arrays (``_command_arrays``; after them, the topic first), each
         at the offsets of its rows' positions in the group."""
-        key = (sql, -3)
-        out = self._cte.get(key)
-        if out is None:
-            tail = " SELECT _offset FROM ins"
-            if not sql.endswith(tail):
-                head, insert = split_append(sql)
-                sql = f"{head}), ins AS (INSERT INTO {insert}){tail}"
-            out = self._cte[key] = (
-                f"{sql.removesuffix(tail)}, cm AS (INSERT INTO rv_commands (command_id, "
-                "topic, aggregate_id, first_offset, last_offset, version) "
-                f"SELECT c.id, %s, c.agg, h.head - {n} + c.lo, h.head - {n} + c.hi, c.ver "
-                "FROM h, unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], "
-                f"%s::bigint[]) AS c(id, agg, lo, hi, ver)){tail}"
-            )
-        return out
+        return self._plus(
+            sql,
+            -3,
+            f"{_RECORD} SELECT c.id, %s, c.agg, h.head - {n} + c.lo, h.head - {n} + c.hi, "
+            "c.ver FROM h, unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], "
+            "%s::bigint[]) AS c(id, agg, lo, hi, ver))",
+        )
 
     def _unnest_sql(self, info: TableInfo) -> str:
         """Reserve ``n`` offsets and insert ``n`` rows in one statement, the rows' values
