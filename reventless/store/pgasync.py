@@ -245,11 +245,11 @@ class AsyncAppender:
             len(reqs) == 1
             and not req.schedules
             and (req.snapshot is None or info.tags is None)
-            and 0 < len(req.rows) <= _CTE_ROWS
+            and len(req.rows) <= _CTE_ROWS
         ):  # one atomic statement (through libpq: no cursor)
             if req.command_id is None:
                 return [await self._lone(None if lean else aconn.cursor(), req, snapshot=True)]
-            if lean:  # its command id recorded in the same statement
+            if lean and req.rows:  # its command id recorded in the same statement
                 try:
                     return [await self._lone(None, req, snapshot=True, command=True)]
                 except ConcurrencyError:
