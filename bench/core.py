@@ -139,6 +139,21 @@ async def _rv_seq_id(where: Where, n: int) -> float:
     return n / dt
 
 
+async def _rv_seq_new(where: Where, n: int) -> float:
+    """Sequential commands, each on a new aggregate: a load that finds nothing, then the
+    append (raw: the same one-row transactions)."""
+    app = _app(where)
+    log = app.event_log(Counter)
+    async with app:
+        await log.execute("new-warm", Increment(by=1))
+        t0 = perf()
+        for i in range(n):
+            await log.execute(f"new-{i}", Increment(by=1))
+        dt = perf() - t0
+        check(await rv_count(app) == n + 1, "reventless seq-new count")
+    return n / dt
+
+
 async def _rv_conc_id(where: Where, workers: int, per: int) -> float:
     """``workers`` concurrent streams of ``per`` commands (as ``inflight64``), each
     command with a fresh command id."""
@@ -633,6 +648,17 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             ">= 1.5x es, >= 85% raw",
             1.5,
             0.85,
+        ),
+        Row(
+            "seq1_new",
+            "sequential commands, each on a new aggregate (`execute`: a load that finds "
+            "nothing, then the append; raw: one-row transactions)",
+            "cmd/s",
+            {
+                "reventless": arun(_rv_seq_new, seq),
+                "raw": lambda p: _raw_per_tx(p, seq, 1),
+            },
+            "(reference)",
         ),
         Row(
             "seq1_id",
