@@ -36,20 +36,16 @@ LOOKUP_SQL = (
 
 
 class CommandLookup:
-    """Answers ``find(command_id)`` from ``rv_commands``, batching concurrent lookups.
+    """Answers ``find(command_id)`` from ``rv_commands``, batching concurrent lookups."""
 
-    ``text_rows``: how PostgreSQL reads ``LOOKUP_SQL`` on the event loop (its rows as
-    text, through libpq: ``pgasync.AsyncAppender.read_rows``), instead of a reader
-    thread's hop there and back (~0.3 ms per command sent with an id)."""
-
-    def __init__(
-        self,
-        db: Database,
-        text_rows: Callable[[str, Sequence[Any]], Awaitable[list[tuple[bytes | None, ...]]]]
-        | None = None,
-    ) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
-        self.text_rows = text_rows
+        #: How PostgreSQL reads ``LOOKUP_SQL`` on the event loop (through libpq:
+        #: ``pgasync.AsyncAppender.read_typed``), instead of a reader thread's hop there
+        #: and back (~0.3 ms per command sent with an id); set by the store.
+        self.read_rows: Callable[[str, Sequence[Any]], Awaitable[list[tuple[Any, ...]]]] | None = (
+            None
+        )
         self._queued: dict[str, list[asyncio.Future[CommandRecord | None]]] = {}
         self._reader: asyncio.Task[None] | None = None
 
@@ -71,8 +67,8 @@ class CommandLookup:
                 ids = list(self._queued)[:_MAX_IDS]
                 waiting = {i: self._queued.pop(i) for i in ids}
                 try:
-                    if self.text_rows is not None:
-                        found = _records(await self.text_rows(LOOKUP_SQL, (ids,)))
+                    if self.read_rows is not None:
+                        found = _records(await self.read_rows(LOOKUP_SQL, (ids,)))
                     else:
                         found = await self.db.read(partial(self._read, ids=ids))
                 except BaseException as exc:
@@ -98,24 +94,12 @@ class CommandLookup:
         )
         cur: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         cur.execute(sql, tuple(params))
-        return {str(r[0]): _record(r) for r in cur.fetchall()}
+        return _records(cur.fetchall())
 
 
-def _records(rows: list[tuple[bytes | None, ...]]) -> dict[str, CommandRecord]:
-    """``LOOKUP_SQL``'s rows as text -> records by command id."""
-
-    def text(v: bytes | None) -> str | None:
-        return None if v is None else v.decode()
-
-    def number(v: bytes | None) -> int | None:
-        return None if v is None else int(v)
-
-    return {
-        str(text(cid)): CommandRecord(
-            str(text(cid)), str(text(topic)), text(agg), number(first), number(last), number(ver)
-        )
-        for cid, topic, agg, first, last, ver in rows
-    }
+def _records(rows: Sequence[tuple[Any, ...]]) -> dict[str, CommandRecord]:
+    """``rv_commands`` rows (``LOOKUP_SQL``'s columns) -> records by command id."""
+    return {str(r[0]): _record(r) for r in rows}
 
 
 def _record(row: tuple[Any, ...]) -> CommandRecord:

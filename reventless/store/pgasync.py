@@ -119,7 +119,7 @@ class AsyncAppender:
         #: The one-statement appends through the connection's libpq handle (pqlean.py).
         self._lean: LeanStatements | None = None
         self._cte: dict[tuple[str, int], str] = {}
-        #: Held by a read through libpq (``read_rows``, ``read_typed``).
+        #: Held by a read through libpq (``read_typed``).
         self._reading = asyncio.Lock()
 
     async def _connection(self) -> tuple[Any, socket.socket]:
@@ -160,22 +160,12 @@ class AsyncAppender:
         store's ``timeout`` (``StoreError``: the group may or may not have committed)."""
         return await self._bounded(partial(self._group, reqs=reqs))
 
-    async def read_rows(self, sql: str, params: Sequence[Any]) -> list[tuple[bytes | None, ...]]:
-        """The rows (as text) of one read statement through libpq, on this appender's
-        connection (one that only reads: its statements never run inside a transaction).
-        Repeated once on a fresh connection if the connection was lost (a restarted
-        server), as the store's reads are; bounded by the store's ``timeout``."""
-
-        async def rows(_: Any) -> list[tuple[bytes | None, ...]]:
-            assert self._lean is not None
-            return await self._lean.rows(sql, params)
-
-        async with self._reading:
-            return await self._bounded(rows, reading=True)
-
     async def read_typed(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """``read_rows`` with each value loaded as a psycopg cursor would (its column's
-        type)."""
+        """The rows of one read statement through libpq, each value loaded as a psycopg
+        cursor would (its column's type), on this appender's connection (one that only
+        reads: its statements never run inside a transaction). Repeated once on a fresh
+        connection if the connection was lost (a restarted server), as the store's reads
+        are; bounded by the store's ``timeout``."""
 
         async def rows(_: Any) -> list[tuple[Any, ...]]:
             assert self._lean is not None
@@ -186,8 +176,8 @@ class AsyncAppender:
 
     @property
     def reading(self) -> bool:
-        """Whether a ``read_rows`` or ``read_typed`` runs (the others wait for it: one
-        statement at a time on the connection)."""
+        """Whether a ``read_typed`` runs (the others wait for it: one statement at a time
+        on the connection)."""
         return self._reading.locked()
 
     async def _bounded(self, work: Callable[[Any], Awaitable[T]], *, reading: bool = False) -> T:

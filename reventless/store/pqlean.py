@@ -110,15 +110,10 @@ class LeanStatements:
         res = await self._result(sql, params)
         return [res.get_value(i, 0) for i in range(res.ntuples)]
 
-    async def rows(self, sql: str, params: Sequence[Any]) -> list[tuple[bytes | None, ...]]:
-        """``first_column``'s statement, every column of its rows (as text)."""
-        res = await self._result(sql, params)
-        width = range(res.nfields)
-        return [tuple(res.get_value(i, j) for j in width) for i in range(res.ntuples)]
-
     async def typed_rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """``rows``, each value loaded by psycopg's own loaders for its column's type (the
-        Python values a psycopg cursor's ``fetchall`` gives)."""
+        """``first_column``'s statement, its rows with each value loaded by psycopg's own
+        loaders for its column's type (the Python values a psycopg cursor's ``fetchall``
+        gives)."""
         res = await self._result(sql, params)
         self._tx.set_pgresult(res)
         return self._tx.load_rows(0, res.ntuples, tuple)

@@ -119,7 +119,7 @@ class SqlEventStore:
         self.known_heads: dict[str, int] = {}
         self._appender = Appender(db, lambda topic: self._entry(topic).info)
         self._async: AsyncAppender | None = None
-        #: PostgreSQL's command-id lookups (``CommandLookup.text_rows``).
+        #: PostgreSQL's command-id lookups and loads (``CommandLookup.read_rows``).
         self._looker: AsyncAppender | None = None
         #: Conditional appends and appends to DCB logs (``dcb.py``).
         self._dcb = DcbAppends(db, lambda topic: self._entry(topic).info, self._appender, None)
@@ -186,18 +186,16 @@ class SqlEventStore:
         if not self.db.is_sqlite:  # appends talk to PostgreSQL from the event loop
             from .pgasync import AsyncAppender
 
-            self._async = AsyncAppender(self.db, lambda topic: self._entry(topic).info, self.db.url)
+            def appender() -> AsyncAppender:
+                return AsyncAppender(self.db, lambda topic: self._entry(topic).info, self.db.url)
+
+            self._async = appender()
             # command ids are looked up, and aggregates loaded, on a connection of their
             # own from the event loop (through libpq)
-            self._looker = AsyncAppender(
-                self.db, lambda topic: self._entry(topic).info, self.db.url
-            )
-            self._commands.text_rows = self._looker.read_rows
+            self._looker = appender()
+            self._commands.read_rows = self._looker.read_typed
             self._dcb = DcbAppends(
-                self.db,
-                lambda topic: self._entry(topic).info,
-                self._appender,
-                lambda: AsyncAppender(self.db, lambda topic: self._entry(topic).info, self.db.url),
+                self.db, lambda topic: self._entry(topic).info, self._appender, appender
             )
 
     def _create_tables(self, conn: Connection) -> None:
@@ -247,7 +245,7 @@ class SqlEventStore:
             await self._async.close()
             self._async = None
         if self._looker is not None:
-            self._commands.text_rows = None
+            self._commands.read_rows = None
             await self._looker.close()
             self._looker = None
         await self._dcb.close()
