@@ -110,32 +110,19 @@ def _tx(con: Any, where: Where, rows: list[tuple[Any, ...]]) -> None:
 # -- 1. sequential commands, one event each -----------------------------------------------------
 
 
-async def _rv_seq(where: Where, n: int) -> float:
+async def _rv_seq(where: Where, n: int, ids: bool = False) -> float:
+    """``n`` sequential commands on one aggregate; ``ids``: each with a fresh command id
+    (looked up, then recorded with the command's rows)."""
     app = _app(where)
     log = app.event_log(Counter)
     async with app:
-        await log.execute("seq-0", Increment(by=1))
+        await log.execute("seq-0", Increment(by=1), command_id="warm-up" if ids else None)
+        cids = [f"cmd-{i}" if ids else None for i in range(n)]
         t0 = perf()
-        for _ in range(n):
-            await log.execute("seq-0", Increment(by=1))
-        dt = perf() - t0
-        check((await log.load("seq-0")).value == n + 1, "reventless seq value")
-    return n / dt
-
-
-async def _rv_seq_id(where: Where, n: int) -> float:
-    """``_rv_seq`` with a fresh command id on every command (looked up, then recorded with
-    the command's rows)."""
-    app = _app(where)
-    log = app.event_log(Counter)
-    async with app:
-        await log.execute("seq-0", Increment(by=1), command_id="warm-up")
-        ids = [f"cmd-{i}" for i in range(n)]
-        t0 = perf()
-        for cid in ids:
+        for cid in cids:
             await log.execute("seq-0", Increment(by=1), command_id=cid)
         dt = perf() - t0
-        check((await log.load("seq-0")).value == n + 1, "reventless seq-id value")
+        check((await log.load("seq-0")).value == n + 1, "reventless seq value")
     return n / dt
 
 
@@ -152,25 +139,6 @@ async def _rv_seq_new(where: Where, n: int) -> float:
         dt = perf() - t0
         check(await rv_count(app) == n + 1, "reventless seq-new count")
     return n / dt
-
-
-async def _rv_conc_id(where: Where, workers: int, per: int) -> float:
-    """``workers`` concurrent streams of ``per`` commands (as ``inflight64``), each
-    command with a fresh command id."""
-    app = _app(where)
-    log = app.event_log(Counter)
-
-    async def worker(i: int) -> None:
-        for k in range(per):
-            await log.execute(f"conc-{i}", Increment(by=1), command_id=f"cmd-{i}-{k}")
-
-    async with app:
-        await asyncio.gather(*(log.execute(f"conc-{i}", Increment(by=1)) for i in range(workers)))
-        t0 = perf()
-        await asyncio.gather(*(worker(i) for i in range(workers)))
-        dt = perf() - t0
-        check(await rv_count(app) == workers * (per + 1), "reventless conc-id count")
-    return workers * per / dt
 
 
 def _raw_seq_id(where: Where, n: int) -> float:
@@ -666,7 +634,7 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             "command_id=...)`; raw: a lookup, then the row and the id's row in one transaction)",
             "cmd/s",
             {
-                "reventless": arun(_rv_seq_id, seq),
+                "reventless": arun(_rv_seq, seq, True),
                 "raw": lambda p: _raw_seq_id(p, seq),
             },
             "(reference)",
@@ -716,7 +684,7 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             "64 commands in flight, each with a command id (raw: 64 rows per transaction)",
             "cmd/s",
             {
-                "reventless": arun(_rv_conc_id, w, per),
+                "reventless": arun(_rv_conc, w, per, "FULL", True),
                 "raw": lambda p: _raw_rows(p, per * 2, 64),
             },
             "(reference)",

@@ -261,13 +261,18 @@ def _raw_seq(path: Path, n: int) -> float:
 # -- 2. per-command append, 64 concurrent coroutines --------------------------------------------
 
 
-async def _rv_conc(path: Where, workers: int, per: int, synchronous: str = "FULL") -> float:
+async def _rv_conc(
+    path: Where, workers: int, per: int, synchronous: str = "FULL", ids: bool = False
+) -> float:
+    """``workers`` concurrent streams of ``per`` commands; ``ids``: each with a fresh
+    command id."""
     app = rv_app(path, synchronous=synchronous)
     log = app.event_log(Counter)
 
     async def worker(i: int) -> None:
-        for _ in range(per):
-            await log.execute(f"conc-{i}", Increment(by=1))
+        for k in range(per):
+            cid = f"cmd-{i}-{k}" if ids else None
+            await log.execute(f"conc-{i}", Increment(by=1), command_id=cid)
 
     async with app:
         await asyncio.gather(*(log.execute(f"conc-{i}", Increment(by=1)) for i in range(workers)))
