@@ -107,10 +107,18 @@ def _placed(reqs: list[AppendRequest], offsets: Sequence[Any]) -> list[AppendRes
 class AsyncAppender:
     """Writes groups of append requests on one long-lived async connection."""
 
-    def __init__(self, db: Database, table_of: Callable[[str], TableInfo], url: sa.URL) -> None:
+    def __init__(
+        self,
+        db: Database,
+        table_of: Callable[[str], TableInfo],
+        url: sa.URL,
+        session: Sequence[str] = (),
+    ) -> None:
         self.db = db
         self.table_of = table_of
         self.url = url
+        #: Statements run on each new connection (settings of the session).
+        self.session = tuple(session)
         self._engine: AsyncEngine | None = None
         self._conn: AsyncConnection | None = None
         # the psycopg connection under _conn, and a duplicate of its socket (a deadline
@@ -134,6 +142,8 @@ class AsyncAppender:
             driver = raw.driver_connection
             assert driver is not None
             await driver.set_autocommit(True)
+            for statement in self.session:
+                await driver.execute(statement)
             self._driver = (driver, socket.socket(fileno=os.dup(driver.fileno())))
             self._lean = LeanStatements(driver)
         assert self._driver is not None

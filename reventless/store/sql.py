@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -89,6 +90,8 @@ class _TopicTable:
     select_sql: str
     #: PostgreSQL's ``load`` in one statement (``_load_sql``); None on SQLite.
     load_sql: str | None = None
+    #: PostgreSQL's ``load_many`` of a chunk of ids in one statement (``_load_many_sql``).
+    load_many_sql: str | None = None
 
     @property
     def table(self) -> str:
@@ -186,13 +189,18 @@ class SqlEventStore:
         if not self.db.is_sqlite:  # appends talk to PostgreSQL from the event loop
             from .pgasync import AsyncAppender
 
-            def appender() -> AsyncAppender:
-                return AsyncAppender(self.db, lambda topic: self._entry(topic).info, self.db.url)
+            def appender(*session: str) -> AsyncAppender:
+                return AsyncAppender(
+                    self.db, lambda topic: self._entry(topic).info, self.db.url, session
+                )
 
             self._async = appender()
             # command ids are looked up, and aggregates loaded, on a connection of their
-            # own from the event loop (through libpq)
-            self._looker = appender()
+            # own from the event loop (through libpq). Its statements look keys up: index
+            # lookups whatever the tables' statistics say (a table that grew since
+            # autovacuum last analyzed it, after a bulk load or in a new store, looks
+            # small to the planner, which would then scan it whole for a batch of ids).
+            self._looker = appender("SET enable_seqscan = off")
             self._commands.read_rows = self._looker.read_typed
             self._dcb = DcbAppends(
                 self.db, lambda topic: self._entry(topic).info, self._appender, appender
@@ -274,6 +282,7 @@ class SqlEventStore:
             info=info,
             select_sql=f"SELECT {col_list} FROM {q(table)}",
             load_sql=None if self.db.is_sqlite else _load_sql(q, table, names),
+            load_many_sql=None if self.db.is_sqlite else _load_many_sql(q, table, names),
         )
 
     async def register(self, topic: TopicDef) -> bool:
@@ -812,6 +821,16 @@ class SqlEventStore:
         entry = self._entry(topic)
         mark = self.db.mark
         ids = list(dict.fromkeys(aggregate_ids))
+        looker = self._looker
+        if entry.load_many_sql is not None and looker is not None and not looker.reading:
+            # PostgreSQL: from the event loop through libpq, one statement per chunk (its
+            # aggregates read from one snapshot of the database)
+            out: dict[str, tuple[tuple[int, str, str] | None, list[StoredRow]]] = {}
+            for at in range(0, len(ids), _LOAD_CHUNK_PG):
+                chunk = ids[at : at + _LOAD_CHUNK_PG]
+                got = await looker.read_typed(entry.load_many_sql, (json.dumps(chunk), topic))
+                out.update(_by_aggregate(chunk, got))
+            return out
 
         def work(
             conn: Connection,
@@ -1047,6 +1066,40 @@ def _load_sql(q: Callable[[str], str], table: str, names: Sequence[str]) -> str:
         f"AND _version > COALESCE((SELECT version {snapshot}), 0) "
         f"UNION ALL SELECT {as_rows} {snapshot} ORDER BY _version NULLS FIRST"
     )
+
+
+def _load_many_sql(q: Callable[[str], str], table: str, names: Sequence[str]) -> str:
+    """PostgreSQL's ``load`` of many aggregates as one statement (``_load_sql`` for a
+    list of ids): each aggregate's snapshot row (its ``_aggregate_id`` set), then its rows
+    after it, aggregate by aggregate. Parameters: the ids as a JSON array, the topic."""
+    snap_as = {"_aggregate_id": "aggregate_id", **_SNAPSHOT_AS}
+    as_rows = ", ".join(snap_as.get(n, "NULL") for n in names)
+    by = f"{names.index('_aggregate_id') + 1}, {names.index('_version') + 1}"
+    return (
+        "WITH ids AS MATERIALIZED (SELECT json_array_elements_text(%s::json) AS id), "
+        "snaps AS MATERIALIZED (SELECT * FROM rv_snapshots WHERE topic = %s "
+        "AND aggregate_id = ANY(ARRAY(SELECT id FROM ids))) "
+        f"SELECT {', '.join('t.' + q(n) for n in names)} FROM {q(table)} t "
+        "LEFT JOIN snaps s ON s.aggregate_id = t._aggregate_id "
+        "WHERE t._aggregate_id = ANY(ARRAY(SELECT id FROM ids)) "
+        "AND t._version > COALESCE(s.version, 0) "
+        f"UNION ALL SELECT {as_rows} FROM snaps ORDER BY {by} NULLS FIRST"
+    )
+
+
+def _by_aggregate(
+    ids: Sequence[str], rows: list[StoredRow]
+) -> dict[str, tuple[tuple[int, str, str] | None, list[StoredRow]]]:
+    """``_load_many_sql``'s rows -> each of ``ids``' snapshot and rows after it (an id
+    with neither: ``(None, [])``)."""
+    mine: dict[str, list[StoredRow]] = {}
+    for r in rows:
+        got = mine.get(r[AGGREGATE_AT])
+        if got is None:
+            mine[r[AGGREGATE_AT]] = [r]
+        else:
+            got.append(r)
+    return {a: _snapshot_first(mine[a]) if a in mine else (None, []) for a in ids}
 
 
 def _retrieved(fut: asyncio.Future[Any]) -> None:

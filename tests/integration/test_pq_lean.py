@@ -304,3 +304,45 @@ async def test_a_load_goes_through_libpq_while_its_connection_is_free_else_a_rea
         assert loads() == 3
         assert (through_libpq.value, through_libpq.version) == (14, 4)
         assert through_thread.model_dump() == through_libpq.model_dump()
+
+
+@pytest.mark.postgres
+async def test_load_many_is_one_statement_through_libpq_and_reads_what_a_reader_thread_does(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran = _spy(monkeypatch, LeanStatements, "_run")
+
+    def many() -> int:
+        return sum("json_array_elements_text" in args[0] for args in ran)
+
+    every3 = rv.AppOptions(log=rv.LogOptions(snapshot_every=3))
+    app = rv.App(store=pg_url, options=every3)
+    log = app.event_log(Counter)
+    async with app:
+        for n in range(6):  # c-n: 2n events, a snapshot each 3
+            for _ in range(2 * n):
+                await log.execute(f"c-{n}", Increment(by=1))
+        ids = [*(f"c-{n}" for n in range(6)), "nobody"]
+        through_libpq = await app.store.load_many(log.name, ids)
+        assert many() == 1
+        looker = app.store._looker  # type: ignore[attr-defined]
+        async with looker._reading:  # busy: a reader thread's transaction instead
+            through_thread = await app.store.load_many(log.name, ids)
+        assert many() == 1
+        assert through_libpq == through_thread
+        got = {a: (s and s[0], [r[4] for r in rows]) for a, (s, rows) in through_libpq.items()}
+        assert got == {
+            "c-0": (None, []),
+            "c-1": (None, [1, 2]),
+            "c-2": (3, [4]),
+            "c-3": (6, []),
+            "c-4": (6, [7, 8]),
+            "c-5": (9, [10]),
+            "nobody": (None, []),
+        }
+        # the looker's lookups are index lookups whatever the statistics say
+        assert await looker.read_typed("SHOW enable_seqscan", ()) == [("off",)]
+        log.forget()  # execute_many preloads the states the same way
+        out = await log.execute_many([(a, Increment(by=1)) for a in ids])
+        assert [r.version for r in out] == [1, 3, 5, 7, 9, 11, 1]  # type: ignore[union-attr]
+        assert many() == 2
