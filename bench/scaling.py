@@ -148,7 +148,9 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000000,10000000")
     ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--plot", type=Path, default=ROOT / "bench" / "plots" / "scaling.png")
+    ap.add_argument(
+        "--plot", type=Path, default=None, help="default: bench/plots/scaling[-postgres].png"
+    )
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--url", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--size", type=int, default=0, help=argparse.SUPPRESS)
@@ -157,6 +159,9 @@ def main() -> None:
         child_main(a.child, a.url, a.size)
         return
     sizes = sorted(int(s) for s in a.sizes.split(","))
+    plot_to = a.plot or ROOT / "bench" / "plots" / (
+        "scaling.png" if a.store == "sqlite" else f"scaling-{a.store}.png"
+    )
     rows: list[dict[str, Any]] = []
     started = perf()
     with contextlib.ExitStack() as stack:
@@ -190,9 +195,16 @@ def main() -> None:
         f"## How the rates grow with the log ({a.store})",
         "",
         f"Command: `{command}` ({perf() - started:.0f} s; one store grown to each size in turn; "
-        "SQLite: WAL, `synchronous=FULL`; catch-up and reads in a fresh process each, peak RSS "
+        + (
+            "SQLite: WAL, `synchronous=FULL`"
+            if a.store == "sqlite"
+            else "PostgreSQL: the server `PGHOST`/`PGPORT` name (127.0.0.1:5432 by default), its "
+            "settings (fsync on, synchronous_commit on)"
+        )
+        + "; catch-up and reads in a fresh process each, peak RSS "
         "from `ru_maxrss`: the process's, and apart the largest of its Arrow helper processes, "
-        "which read a SQLite file's pages). Plot: `bench/plots/scaling.png`.",
+        "which read a SQLite file's pages (none on PostgreSQL)). Plot: "
+        f"`{plot_to.relative_to(ROOT)}`.",
         "",
         "| events in the log | bulk append (events/s, this step) | sequential commands (cmd/s) "
         "| loads of a 1000-event aggregate, default snapshots (loads/s) "
@@ -209,8 +221,7 @@ def main() -> None:
         )
     text = "\n".join(lines)
     print("\n" + text)
-    if a.plot:
-        plot(rows, a.plot, a.store)
+    plot(rows, plot_to, a.store)
     if a.out is not None:
         put_block(a.out, f"scaling-{a.store}", text)
 
