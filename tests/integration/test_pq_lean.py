@@ -340,9 +340,19 @@ async def test_load_many_is_one_statement_through_libpq_and_reads_what_a_reader_
             "c-5": (9, [10]),
             "nobody": (None, []),
         }
-        # the looker's lookups are index lookups whatever the statistics say
+        # the looker's lookups are index lookups whatever the statistics say, also on the
+        # connection that replaces a lost one
+        assert await looker.read_typed("SHOW enable_seqscan", ()) == [("off",)]
+        pid = (await looker._connection())[0].info.backend_pid
+        async with await psycopg.AsyncConnection.connect(
+            pg_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+        ) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert await app.store.load_many(log.name, ids) == through_libpq
+        assert many() == 3  # sent on the lost connection, then again on a new one
+        assert (await looker._connection())[0].info.backend_pid != pid
         assert await looker.read_typed("SHOW enable_seqscan", ()) == [("off",)]
         log.forget()  # execute_many preloads the states the same way
         out = await log.execute_many([(a, Increment(by=1)) for a in ids])
         assert [r.version for r in out] == [1, 3, 5, 7, 9, 11, 1]  # type: ignore[union-attr]
-        assert many() == 2
+        assert many() == 4
