@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..codec import TYPE_AT
@@ -328,9 +328,11 @@ async def read_query(
     *,
     after: int = 0,
     limit: int | None = None,
+    rows: Callable[[str, Sequence[Any]], Awaitable[list[StoredRow]]] | None = None,
 ) -> list[StoredRow]:
     """The rows of the topic matching ``query`` after position ``after``, in offset order
-    (at most ``limit``)."""
+    (at most ``limit``). ``rows``: what runs the statement (PostgreSQL's libpq reads from
+    the event loop), else a reader thread."""
     if not isinstance(query, Query):
         raise StoreError(f"read_query takes a Query, got {query!r}")
     for name, value in (("after", after), ("limit", 0 if limit is None else limit)):
@@ -340,6 +342,8 @@ async def read_query(
     if built is None or limit == 0:
         return []
     sql, params = built
+    if rows is not None:
+        return await rows(sql, params)
 
     def work(conn: Any) -> list[StoredRow]:
         cur = conn.connection.dbapi_connection.cursor()

@@ -618,8 +618,15 @@ class SqlEventStore:
         """The rows of ``topic`` matching ``query`` at positions after ``after``, in offset
         order (at most ``limit``), read through the tag and type indexes (``dcb.py``)."""
         entry = self._entry(topic)
+        looker = self._looker  # PostgreSQL: through libpq from the event loop while free
         return await read_query(
-            self.db, entry.select_sql, entry.info, query, after=after, limit=limit
+            self.db,
+            entry.select_sql,
+            entry.info,
+            query,
+            after=after,
+            limit=limit,
+            rows=looker.read_typed if looker is not None and not looker.reading else None,
         )
 
     def stream(
