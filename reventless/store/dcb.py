@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DcbAppends",
     "condition_keys",
+    "cursor_run",
     "first_match",
     "guarded",
     "lock_keys",
@@ -225,24 +226,39 @@ def sqlite_check(cur: Any, db: Database, info: TableInfo, req: AppendRequest) ->
         _failed(req.topic, req.condition, cur.fetchone())
 
 
-async def pg_guard(cur: Any, db: Database, info: TableInfo, req: AppendRequest) -> None:
+#: Runs one statement (``%s`` placeholders) in the open transaction: its rows.
+Run = Callable[[str, Sequence[Any]], Awaitable[list[tuple[Any, ...]]]]
+
+
+def cursor_run(cur: Any) -> Run:
+    """``Run`` on a psycopg async cursor."""
+
+    async def run(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        await cur.execute(sql, params)
+        return list(await cur.fetchall()) if cur.description is not None else []
+
+    return run
+
+
+async def pg_guard(run: Run, db: Database, info: TableInfo, req: AppendRequest) -> None:
     """PostgreSQL, first thing in ``req``'s transaction: take the lock keys (shared: the
-    events' own; exclusive: the condition's), then check the condition (see the module)."""
+    events' own; exclusive: the condition's), then check the condition (see the module).
+    ``run``: how a statement is sent in that transaction (a cursor's, or libpq's own)."""
     cond = req.condition
     shared: set[int] = set()
     if info.tags is not None and dcb_log(info):
         shared = write_keys(req.topic, req.rows, info.tags.tags_at)
     exclusive, whole = condition_keys(req.topic, cond.query) if cond is not None else (set(), False)
     for sql, keys in lock_keys(shared, exclusive):
-        await cur.execute(sql, keys)
+        await run(sql, keys)
     if cond is None:
         return
     if whole:  # waits for every writer of the topic (they hold it from bump to commit)
-        await cur.execute("SELECT head FROM rv_topics WHERE name = %s FOR UPDATE", (req.topic,))
+        await run("SELECT head FROM rv_topics WHERE name = %s FOR UPDATE", (req.topic,))
     sql, params = first_match(db, info, cond)
     if sql:
-        await cur.execute(sql, params)
-        _failed(req.topic, cond, await cur.fetchone())
+        got = await run(sql, params)
+        _failed(req.topic, cond, got[0] if got else None)
 
 
 # -- the DCB append path -----------------------------------------------------------------

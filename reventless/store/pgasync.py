@@ -43,7 +43,7 @@ from .append import (
     snapshot_sql,
 )
 from .database import Database, write_error
-from .dcb import guarded, pg_guard
+from .dcb import cursor_run, guarded, pg_guard
 from .pqlean import LeanStatements
 from .schedules import write_statements
 from .tagindex import split_append
@@ -234,10 +234,18 @@ class AsyncAppender:
         info = self.table_of(req.topic)
         lean = self._lean is not None and self._lean.idle  # a statement of its own: libpq
         if len(reqs) == 1 and guarded(req, info):
+            if (
+                lean
+                and req.command_id is None
+                and not req.schedules
+                and req.snapshot is None
+                and len(req.rows) <= _CTE_ROWS
+            ):  # its statements through libpq, in a transaction of their own
+                return [await self._guarded_lean(req, info)]
             cur = aconn.cursor()
             try:  # a DCB append: its lock keys and condition first (dcb.py)
                 async with aconn.transaction():
-                    await pg_guard(cur, self.db, info, req)
+                    await pg_guard(cursor_run(cur), self.db, info, req)
                     return [await self._one(cur, req)]
             except DuplicateCommand:
                 return [AppendResult(req.topic, 0, -1, duplicate=True)]
@@ -272,6 +280,29 @@ class AsyncAppender:
             if clashed:
                 return await self._each(aconn, cur, reqs)
             return await self._many(aconn, cur, reqs)
+
+    async def _guarded_lean(self, req: AppendRequest, info: TableInfo) -> AppendResult:
+        """A DCB append of rows alone (no command id, schedules or snapshot): ``BEGIN``,
+        its lock keys and condition (``pg_guard``), its rows' statement and ``COMMIT``,
+        each sent through libpq (psycopg's async cursor costs several times the CPU per
+        statement). A failure rolls the transaction back before it is raised; a wait cut
+        short leaves the connection to be replaced (``LeanStatements.broken``)."""
+        lean = self._lean
+        assert lean is not None
+        run = lean.typed_rows
+        await run("BEGIN", ())
+        try:
+            await pg_guard(run, self.db, info, req)
+            result = await self._lone(None, req, in_block=True)
+            await run("COMMIT", ())
+        except BaseException:
+            if not lean.broken and not lean.idle:
+                try:
+                    await run("ROLLBACK", ())
+                except Exception:  # the cause is raised; the connection is replaced
+                    lean.broken = True
+            raise
+        return result
 
     def _plain(self, reqs: list[AppendRequest], info: TableInfo) -> bool:
         """Whether the group is rows alone (and command ids), of one topic (``info``'s),
@@ -455,14 +486,22 @@ class AsyncAppender:
         return sql
 
     async def _lone(
-        self, cur: Any, req: AppendRequest, *, snapshot: bool = False, command: bool = False
+        self,
+        cur: Any,
+        req: AppendRequest,
+        *,
+        snapshot: bool = False,
+        command: bool = False,
+        in_block: bool = False,
     ) -> AppendResult:
         """The request's rows in one statement; with ``snapshot``, its snapshot too (a
         topic without tags: the caller checks); with ``command``, its command id too (a
-        recorded one raises ``ConcurrencyError`` as a clash does)."""
+        recorded one raises ``ConcurrencyError`` as a clash does). Through libpq when the
+        connection is idle, or ``in_block``: inside a transaction begun through libpq."""
         n = len(req.rows)
         info = self.table_of(req.topic)
-        lean = self._lean if self._lean is not None and self._lean.idle else None
+        usable = self._lean is not None and (in_block or self._lean.idle)
+        lean = self._lean if usable else None
         params: tuple[Any, ...]
         # (a statement through libpq is prepared once, whatever its parameters: one
         # value per parameter, which the driver dumps in C, not arrays built in Python)
