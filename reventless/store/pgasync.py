@@ -16,6 +16,7 @@ explicit transaction (same savepoint scheme as ``append.Appender``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from collections.abc import Awaitable, Callable, Sequence
@@ -301,8 +302,18 @@ class AsyncAppender:
                     await run("ROLLBACK", ())
                 except Exception:  # the cause is raised; the connection is replaced
                     lean.broken = True
+            if lean.broken:  # (a wait cut short: its transaction may still be open)
+                self._cut()
             raise
         return result
+
+    def _cut(self) -> None:
+        """Shut the connection's socket down now: the server ends the session, rolling
+        back a transaction left open and releasing its locks, rather than when the
+        connection is next used (and replaced)."""
+        if self._driver is not None:
+            with contextlib.suppress(OSError):
+                self._driver[1].shutdown(socket.SHUT_RDWR)
 
     def _plain(self, reqs: list[AppendRequest], info: TableInfo) -> bool:
         """Whether the group is rows alone (and command ids), of one topic (``info``'s),

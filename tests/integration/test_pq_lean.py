@@ -4,7 +4,7 @@ psycopg does to the connection around them, and a wait cut short."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 import psycopg
 import pytest
@@ -356,3 +356,85 @@ async def test_load_many_is_one_statement_through_libpq_and_reads_what_a_reader_
         out = await log.execute_many([(a, Increment(by=1)) for a in ids])
         assert [r.version for r in out] == [1, 3, 5, 7, 9, 11, 1]  # type: ignore[union-attr]
         assert many() == 4
+
+
+class Claimed(rv.Event):
+    username: Annotated[str, rv.Tag("username")]
+
+
+@pytest.mark.postgres
+async def test_a_dcb_append_runs_through_libpq_and_a_failed_condition_rolls_back(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran = _spy(monkeypatch, LeanStatements, "_run")
+    app = rv.App(store=pg_url)
+    names = app.dcb_log("names", events=Claimed)
+    never = rv.AppendCondition(rv.Query.of(tags=["username:ada"]))
+    async with app:
+        ran.clear()
+        await names.append([Claimed(username="ada")], condition=never)
+        sent = [args[0].split()[0] for args in ran]
+        assert sent[0] == "BEGIN" and sent[-1] == "COMMIT"
+        assert any("pg_advisory_xact_lock(" in args[0] for args in ran)  # the condition's
+        ran.clear()
+        with pytest.raises(rv.AppendConditionError):  # "ada" is taken: nothing lands
+            await names.append([Claimed(username="ada"), Claimed(username="bob")], condition=never)
+        assert [args[0].split()[0] for args in ran][-1] == "ROLLBACK"
+        [conn] = app.store._dcb._idle  # type: ignore[attr-defined]  # DCB appends' own
+        assert conn._lean.idle and not conn._lean.broken  # out of the transaction, kept
+        await names.append([Claimed(username="bob")])  # the connection takes the next one
+        got = await names.read(rv.Query.of(tags=["username:bob"]))
+        assert [e.event.username for e in got] == ["bob"]
+        assert [e.offset for e in await names.read(rv.Query.all())] == [1, 2]
+
+
+@pytest.mark.postgres
+async def test_a_dcb_append_cancelled_while_it_waits_for_a_lock_leaves_no_transaction_open(
+    pg_url: str,
+) -> None:
+    from reventless.store.dcb import _key
+
+    app = rv.App(store=pg_url)
+    names = app.dcb_log("names", events=Claimed)
+    never = rv.AppendCondition(rv.Query.of(tags=["username:ada"]))
+    dsn = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    async with app, await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+        await names.append([Claimed(username="bob")])  # its connection is open and idle
+        [conn] = app.store._dcb._idle  # type: ignore[attr-defined]
+        pid = (await conn._connection())[0].info.backend_pid
+        holder = await psycopg.AsyncConnection.connect(dsn)  # holds the condition's key
+        await holder.execute(
+            "SELECT pg_advisory_xact_lock(%s)", (_key("names", "tag", "username:ada"),)
+        )
+        task = asyncio.ensure_future(names.append([Claimed(username="ada")], condition=never))
+
+        async def waiting() -> bool:
+            cur = await admin.execute(
+                "SELECT count(*) FROM pg_locks WHERE pid = %s AND NOT granted", (pid,)
+            )
+            row = await cur.fetchone()
+            return bool(row and row[0])
+
+        async with asyncio.timeout(30):
+            while not await waiting():
+                await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await holder.commit()  # the key is free: the cancelled session's lock is granted
+        await holder.close()
+
+        async def gone() -> bool:
+            cur = await admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
+            )
+            row = await cur.fetchone()
+            return bool(row and row[0] == 0)
+
+        async with asyncio.timeout(30):  # its session ends, rolled back: nothing held
+            while not await gone():
+                await asyncio.sleep(0.01)
+            await names.append([Claimed(username="ada")], condition=never)  # lands now
+        got = await names.read(rv.Query.all())
+        assert [e.event.username for e in got] == ["bob", "ada"]
+        assert [e.offset for e in got] == [1, 2]
