@@ -236,11 +236,7 @@ class AsyncAppender:
         lean = self._lean is not None and self._lean.idle  # a statement of its own: libpq
         if len(reqs) == 1 and guarded(req, info):
             if (
-                lean
-                and req.command_id is None
-                and not req.schedules
-                and req.snapshot is None
-                and len(req.rows) <= _CTE_ROWS
+                lean and not req.schedules and req.snapshot is None and len(req.rows) <= _CTE_ROWS
             ):  # its statements through libpq, in a transaction of their own
                 return [await self._guarded_lean(req, info)]
             cur = aconn.cursor()
@@ -283,11 +279,12 @@ class AsyncAppender:
             return await self._many(aconn, cur, reqs)
 
     async def _guarded_lean(self, req: AppendRequest, info: TableInfo) -> AppendResult:
-        """A DCB append of rows alone (no command id, schedules or snapshot): ``BEGIN``,
-        its lock keys and condition (``pg_guard``), its rows' statement and ``COMMIT``,
-        each sent through libpq (psycopg's async cursor costs several times the CPU per
-        statement). A failure rolls the transaction back before it is raised; a wait cut
-        short leaves the connection to be replaced (``LeanStatements.broken``)."""
+        """A DCB append without schedules or a snapshot: ``BEGIN``, its lock keys and
+        condition (``pg_guard``), its rows' statement, its command id's record and
+        ``COMMIT``, each sent through libpq (psycopg's async cursor costs several times the
+        CPU per statement). A recorded command id rolls it back as a ``duplicate``; a
+        failure rolls it back before it is raised; a wait cut short shuts the connection
+        down (``_cut``)."""
         lean = self._lean
         assert lean is not None
         run = lean.typed_rows
@@ -295,6 +292,12 @@ class AsyncAppender:
         try:
             await pg_guard(run, self.db, info, req)
             result = await self._lone(None, req, in_block=True)
+            if req.command_id is not None:
+                try:
+                    await run(command_sql(self.db), command_row(req, result))
+                except self.db.integrity_errors:  # recorded already: nothing of it lands
+                    await run("ROLLBACK", ())
+                    return AppendResult(req.topic, 0, -1, duplicate=True)
             await run("COMMIT", ())
         except BaseException:
             if not lean.broken and not lean.idle:

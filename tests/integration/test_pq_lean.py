@@ -438,3 +438,33 @@ async def test_a_dcb_append_cancelled_while_it_waits_for_a_lock_leaves_no_transa
         got = await names.read(rv.Query.all())
         assert [e.event.username for e in got] == ["bob", "ada"]
         assert [e.offset for e in got] == [1, 2]
+
+
+@pytest.mark.postgres
+async def test_a_dcb_append_with_a_recorded_command_id_is_a_duplicate_through_libpq(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran = _spy(monkeypatch, LeanStatements, "_run")
+    app = rv.App(store=pg_url)
+    names = app.dcb_log("names", events=Claimed)
+    async with app:
+        first = await names.append([Claimed(username="ada")], command_id="claim-ada")
+        assert any("INSERT INTO rv_commands" in args[0] for args in ran)
+        real, missed = names.landed, [True]
+
+        async def twin(command_id: str | None) -> Any:  # the lookup misses once, as when a
+            if missed:  # twin in another process records the id after it
+                missed.pop()
+                return None
+            return await real(command_id)
+
+        monkeypatch.setattr(names, "landed", twin)
+        ran.clear()
+        again = await names.append([Claimed(username="ada")], command_id="claim-ada")
+        assert again.duplicate and not first.duplicate
+        assert (again.first_offset, again.last_offset) == (first.first_offset, first.last_offset)
+        sent = [args[0].split()[0] for args in ran]
+        assert "ROLLBACK" in sent and "COMMIT" not in sent  # its rows undone
+        assert [e.event.username for e in await names.read(rv.Query.all())] == ["ada"]
+        record = await app.store.find_command("claim-ada")
+        assert record is not None and (record.first_offset, record.last_offset) == (1, 1)
