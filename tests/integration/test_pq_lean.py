@@ -4,6 +4,7 @@ psycopg does to the connection around them, and a wait cut short."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import psycopg
@@ -47,6 +48,23 @@ def _spy(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> list[tuple[
 def _appends(calls: list[tuple[Any, ...]]) -> list[str]:
     """The statements among ``LeanStatements._run``'s calls that append (not reads)."""
     return [str(args[0]) for args in calls if "INSERT" in args[0]]
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch, marker: str) -> Callable[[], int]:
+    """How many statements containing ``marker`` went through libpq so far."""
+    ran = _spy(monkeypatch, LeanStatements, "_run")
+    return lambda: sum(marker in args[0] for args in ran)
+
+
+#: A snapshot every 3 events.
+_EVERY3 = rv.AppOptions(log=rv.LogOptions(snapshot_every=3))
+
+
+async def _terminate(pg_url: str, pid: int) -> None:
+    """End the server session ``pid`` (as a restarted server would)."""
+    dsn = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as admin:
+        await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
 def _appender(app: rv.App) -> Any:
@@ -225,10 +243,7 @@ async def test_command_ids_are_looked_up_through_libpq_and_again_after_a_lost_co
         looker = app.store._looker  # type: ignore[attr-defined]
         conn, _ = await looker._connection()
         pid = conn.info.backend_pid
-        async with await psycopg.AsyncConnection.connect(
-            pg_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
-        ) as admin:  # the lookup connection is cut (as a restarted server would)
-            await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        await _terminate(pg_url, pid)  # the lookup connection is cut
         again = await log.execute("c-1", Increment(), command_id="k-1")
         assert again.duplicate and (again.first_offset, again.version) == (first.first_offset, 1)
         assert (await looker._connection())[0].info.backend_pid != pid  # a fresh one
@@ -279,13 +294,8 @@ async def test_a_group_with_command_ids_is_one_statement_and_a_recorded_id_fails
 async def test_a_load_goes_through_libpq_while_its_connection_is_free_else_a_reader_thread(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ran = _spy(monkeypatch, LeanStatements, "_run")
-
-    def loads() -> int:
-        return sum("UNION ALL" in args[0] for args in ran)
-
-    every3 = rv.AppOptions(log=rv.LogOptions(snapshot_every=3))
-    app = rv.App(store=pg_url, options=every3)
+    loads = _counted(monkeypatch, "UNION ALL")
+    app = rv.App(store=pg_url, options=_EVERY3)
     log = app.event_log(Counter)
     async with app:
         assert (await log.execute("c-1", Increment(by=2))).version == 1  # a new id: loaded
@@ -310,13 +320,8 @@ async def test_a_load_goes_through_libpq_while_its_connection_is_free_else_a_rea
 async def test_load_many_is_one_statement_through_libpq_and_reads_what_a_reader_thread_does(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ran = _spy(monkeypatch, LeanStatements, "_run")
-
-    def many() -> int:
-        return sum("json_array_elements_text" in args[0] for args in ran)
-
-    every3 = rv.AppOptions(log=rv.LogOptions(snapshot_every=3))
-    app = rv.App(store=pg_url, options=every3)
+    many = _counted(monkeypatch, "json_array_elements_text")
+    app = rv.App(store=pg_url, options=_EVERY3)
     log = app.event_log(Counter)
     async with app:
         for n in range(6):  # c-n: 2n events, a snapshot each 3
@@ -344,10 +349,7 @@ async def test_load_many_is_one_statement_through_libpq_and_reads_what_a_reader_
         # connection that replaces a lost one
         assert await looker.read_typed("SHOW enable_seqscan", ()) == [("off",)]
         pid = (await looker._connection())[0].info.backend_pid
-        async with await psycopg.AsyncConnection.connect(
-            pg_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
-        ) as admin:
-            await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        await _terminate(pg_url, pid)
         assert await app.store.load_many(log.name, ids) == through_libpq
         assert many() == 3  # sent on the lost connection, then again on a new one
         assert (await looker._connection())[0].info.backend_pid != pid
