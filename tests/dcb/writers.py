@@ -17,13 +17,26 @@ from examples.dcb.invoices import CreateInvoice, InvoiceCreated, invoices
 from examples.dcb.usernames import EVENTS as ACCOUNT_EVENTS
 from examples.dcb.usernames import ChangeUsername, CloseAccount, RegisterAccount, accounts
 
+#: This writer process's barrier (``start_together``), for a second meeting (``started``).
+_barrier: Any = None
+
 
 def start_together(barrier: Any, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)`` once every writer process is up (imports done): spawned processes
     start seconds apart on a loaded machine, and one that finished before the others began
     would race no one."""
+    global _barrier
+    _barrier = barrier
     barrier.wait(timeout=120)
     return fn(*args)
+
+
+def started() -> None:
+    """Wait until every writer has started its App too (the barrier again): opening a
+    store takes a varying part of a second, longer than a writer's decisions may take, so
+    writers that met before opening theirs could still run one after another."""
+    if _barrier is not None:
+        _barrier.wait(timeout=120)
 
 
 #: Contention is the point here: retry until the decision lands or is rejected.
@@ -79,6 +92,7 @@ def subscribe_everyone(
         logger.addHandler(retries)
         logger.setLevel(logging.INFO)
         async with app:
+            started()
             out = await _gather(
                 (
                     lambda s=s, c=c: log.execute(
