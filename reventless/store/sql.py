@@ -618,7 +618,7 @@ class SqlEventStore:
         """The rows of ``topic`` matching ``query`` at positions after ``after``, in offset
         order (at most ``limit``), read through the tag and type indexes (``dcb.py``)."""
         entry = self._entry(topic)
-        looker = self._looker  # PostgreSQL: through libpq from the event loop while free
+        looker = self._free_looker()  # PostgreSQL: through libpq from the event loop
         return await read_query(
             self.db,
             entry.select_sql,
@@ -626,7 +626,7 @@ class SqlEventStore:
             query,
             after=after,
             limit=limit,
-            rows=looker.read_typed if looker is not None and not looker.reading else None,
+            rows=None if looker is None else looker.read_typed,
         )
 
     def stream(
@@ -780,6 +780,13 @@ class SqlEventStore:
         )
         return await self.db.read(lambda conn: _fetch(conn, sql, (aggregate_id, after_version)))
 
+    def _free_looker(self) -> AsyncAppender | None:
+        """PostgreSQL's libpq connection for reads from the event loop (no hop to a reader
+        thread and back), if no read holds it now: while one does, the other loads and DCB
+        reads take the reader threads instead of waiting. None on SQLite."""
+        looker = self._looker
+        return None if looker is None or looker.reading else looker
+
     async def load(
         self, topic: str, aggregate_id: str
     ) -> tuple[tuple[int, str, str] | None, list[StoredRow]]:
@@ -788,10 +795,8 @@ class SqlEventStore:
         if entry.load_sql is not None:  # PostgreSQL: one statement (see _load_sql)
             load_sql = entry.load_sql
             params = (aggregate_id, topic, aggregate_id, topic, aggregate_id)
-            looker = self._looker
-            if looker is not None and not looker.reading:
-                # from the event loop through libpq (no hop to a reader thread and back);
-                # while it reads, other loads take the reader threads
+            looker = self._free_looker()
+            if looker is not None:  # from the event loop through libpq
                 return _snapshot_first(await looker.read_typed(load_sql, params))
 
             def one(conn: Connection) -> tuple[tuple[int, str, str] | None, list[StoredRow]]:
@@ -828,8 +833,8 @@ class SqlEventStore:
         entry = self._entry(topic)
         mark = self.db.mark
         ids = list(dict.fromkeys(aggregate_ids))
-        looker = self._looker
-        if entry.load_many_sql is not None and looker is not None and not looker.reading:
+        looker = self._free_looker()
+        if entry.load_many_sql is not None and looker is not None:
             # PostgreSQL: from the event loop through libpq, one statement per chunk (its
             # aggregates read from one snapshot of the database)
             out: dict[str, tuple[tuple[int, str, str] | None, list[StoredRow]]] = {}
