@@ -82,6 +82,8 @@ def uuid7_strs(n: int) -> list[str]:
         3
     """
     global _head
+    if n == 1:  # a command's one event: the hot path
+        return [_one()]
     runs, rand = _reserve(n)
     out: list[str] = []
     seqs, variant = _SEQ3, _VARIANT
@@ -107,9 +109,40 @@ def uuid7_strs(n: int) -> list[str]:
     return out
 
 
+_acquire, _release = _lock.acquire, _lock.release
+
+
+def _one() -> str:
+    """``uuid7_strs(1)[0]`` in one step, without the runs and slices of ``_reserve``
+    (~2.5x faster: a command of one event asks for one id)."""
+    global _last_ms, _seq, _pool, _pool_at, _head
+    _acquire()  # (not ``with``: half the cost)
+    try:
+        ms = time.time_ns() // 1_000_000
+        if ms > _last_ms:
+            _last_ms, _seq = ms, 0
+        elif _seq < 0xFFF:
+            _seq += 1
+        else:  # counter overflow: borrow the next millisecond
+            _last_ms, _seq = _last_ms + 1, 0
+        ms, seq, at = _last_ms, _seq, _pool_at
+        if at + 16 > len(_pool):
+            _pool, at = os.urandom(_POOL_BYTES).hex(), 0
+        _pool_at = at + 16
+        r = _pool[at : at + 16]
+    finally:
+        _release()
+    last_ms, head = _head
+    if ms != last_ms:
+        t = f"{ms:012x}"
+        head = f"{t[:8]}-{t[8:]}-7"
+        _head = (ms, head)
+    return f"{head}{_SEQ3[seq]}-{_VARIANT[r[0]]}{r[1:4]}-{r[4:]}"
+
+
 def uuid7_str() -> str:
     """One UUIDv7 as a string."""
-    return uuid7_strs(1)[0]
+    return _one()
 
 
 def uuid7() -> uuid.UUID:

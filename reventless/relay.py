@@ -184,6 +184,19 @@ class Relay:
 
     def on_commit(self, results: list[AppendResult]) -> None:
         """Called by the store after each group commit with what landed (in offset order)."""
+        if len(results) == 1:  # a lone append's (the sequential hot path)
+            res = results[0]
+            name = res.topic
+            if (
+                res.rows
+                and not self._publishing
+                and name in self.topics
+                and self.published[name] == self._known[name] == res.first_offset - 1
+                and self._unheard(name)
+            ):  # no one to hear it: passed over, as below
+                self._pass_over_results(name, results)
+                self._known[name] = self.published[name] = res.last_offset
+                return
         wake = False
         unheard: dict[str, bool] = {}  # per topic, asked once per call (a group's results)
         i, n = 0, len(results)

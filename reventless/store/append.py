@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
-from operator import itemgetter
+from operator import is_, itemgetter
 from typing import Any
 
 from ..codec.columns import META_FIELDS
@@ -50,6 +50,17 @@ _OFTEN_NULL = tuple(
     for i, f in enumerate(META_FIELDS)
     if f.nullable and f.name not in ("_aggregate_id", "_version")
 )
+#: The ``_OFTEN_NULL`` values of a row led by its offset ([0]) or without it ([1]).
+_OFTEN_AT = (itemgetter(*_OFTEN_NULL), itemgetter(*(i - 1 for i in _OFTEN_NULL)))
+_NONES = (None,) * len(_OFTEN_NULL)
+#: Which ``_OFTEN_NULL`` columns are None (a tuple of bools, one per column) -> those
+#: columns' indexes: every pattern, so a row's is looked up, not built in Python.
+_NULL_PATTERNS = {
+    tuple(bool(mask >> k & 1) for k in range(len(_OFTEN_NULL))): tuple(
+        i for k, i in enumerate(_OFTEN_NULL) if mask >> k & 1
+    )
+    for mask in range(1 << len(_OFTEN_NULL))
+}
 
 #: A full stored row: META values (``codec.META_NAMES`` order) then the field values.
 StoredRow = tuple[Any, ...]
@@ -223,8 +234,8 @@ class Appender:
 
     def group(self, cur: Any, *, reqs: list[AppendRequest]) -> list[AppendResult | Exception]:
         """Append ``reqs`` in the caller's transaction; clashes fail only their request."""
-        if len(reqs) == 1:
-            return [self._careful(cur, reqs[0], savepoint=False)]
+        if len(reqs) == 1:  # alone: a clash raises (no savepoint to undo it to)
+            return [self.one(cur, reqs[0])]
         order = lock_order(reqs)
         results: list[AppendResult | Exception | None] = [None] * len(reqs)
         cur.execute("SAVEPOINT rv_group")
@@ -234,25 +245,19 @@ class Appender:
         except self.db.integrity_errors:
             cur.execute("ROLLBACK TO SAVEPOINT rv_group")
             for i in order:
-                results[i] = self._careful(cur, reqs[i], savepoint=True)
+                results[i] = self._careful(cur, reqs[i])
         cur.execute("RELEASE SAVEPOINT rv_group")
         return [r for r in results if r is not None]
 
-    def _careful(
-        self, cur: Any, req: AppendRequest, *, savepoint: bool
-    ) -> AppendResult | Exception:
-        """One request on its own; a clash undoes only this request."""
-        if savepoint:
-            cur.execute("SAVEPOINT rv_one")
+    def _careful(self, cur: Any, req: AppendRequest) -> AppendResult | Exception:
+        """One request of a group on its own, in a savepoint: a clash undoes only it."""
+        cur.execute("SAVEPOINT rv_one")
         try:
-            result: AppendResult | Exception = self._one(cur, req)
+            result: AppendResult | Exception = self.one(cur, req)
         except ConcurrencyError as exc:
-            if not savepoint:
-                raise
             cur.execute("ROLLBACK TO SAVEPOINT rv_one")
             result = exc
-        if savepoint:
-            cur.execute("RELEASE SAVEPOINT rv_one")
+        cur.execute("RELEASE SAVEPOINT rv_one")
         return result
 
     def _first_offset(self, cur: Any, topic: str) -> int:
@@ -265,9 +270,8 @@ class Appender:
         (SQLite stores NULL there, as for a bound None), and the getter of the values to
         bind of each row (None: every value)."""
         shift = 0 if offset else 1
-        if len(rows) == 1:
-            row = rows[0]
-            gone = tuple(i for i in _OFTEN_NULL if row[i - shift] is None)
+        if len(rows) == 1:  # (the per-command hot path: which of them are None, in C)
+            gone = _NULL_PATTERNS[tuple(map(is_, _OFTEN_AT[shift](rows[0]), _NONES))]
         else:
             n = len(rows)
             gone = tuple(
@@ -312,7 +316,9 @@ class Appender:
         if full < len(rows):
             cur.execute(self._values(sql, len(rows) - full), tuple(flat(rows[full:])))
 
-    def _one(self, cur: Any, req: AppendRequest) -> AppendResult:
+    def one(self, cur: Any, req: AppendRequest) -> AppendResult:
+        """Append ``req`` alone in the caller's transaction (a clash raises
+        ``ConcurrencyError``; a recorded command id gives a duplicate result)."""
         info = self.table_of(req.topic)
         if (
             info.rowid_offset
@@ -320,7 +326,8 @@ class Appender:
             and len(req.rows) * len(req.rows[0]) <= _MAX_VARIABLES
         ):
             result = self._rowid_rows(cur, req, info)
-            self._extras(cur, [req])
+            if req.schedules or req.snapshot is not None:
+                self._extras(cur, [req])
             return result
         [result], rows = place(req.topic, [req], self._first_offset(cur, req.topic))
         if req.command_id is not None:
@@ -356,7 +363,7 @@ class Appender:
         ``_first_offset`` would) so no query looks the head up."""
         n = len(req.rows)
         one, values = self._lean(info, req.rows, False)
-        sql = self._values(one, n)
+        sql = one if n == 1 else self._values(one, n)
         bound = req.rows if values is None else list(map(values, req.rows))
         try:
             cur.execute(sql, bound[0] if n == 1 else tuple(chain.from_iterable(bound)))

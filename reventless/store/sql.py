@@ -386,7 +386,9 @@ class SqlEventStore:
         ``AppendConditionError`` when the condition fails (nothing lands)."""
         entry = self._entry(request.topic)
         if guarded(request, entry.info):
-            return self._committed(await self._dcb.append(request))
+            landed = await self._dcb.append(request)
+            self._settle_one(request, landed)
+            return landed
         if self._inline_run >= _INLINE_RUN:
             await asyncio.sleep(0)  # see below: let other tasks run
         if (
@@ -403,12 +405,9 @@ class SqlEventStore:
             if not self._inline_run:
                 asyncio.get_running_loop().call_soon(self._loop_turned)
             self._inline_run += 1
-            [out] = self.db.write_raw_sync(
-                partial(self._appender.group, reqs=[request]), locked=True
-            )
-            self._settle([request], [out])
-            if isinstance(out, Exception):
-                raise out
+            # (a clash raises out of the transaction, rolled back)
+            out = self.db.write_raw_sync(partial(self._appender.one, req=request), locked=True)
+            self._settle_one(request, out)
             return out
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[AppendResult] = loop.create_future()
@@ -502,6 +501,9 @@ class SqlEventStore:
         self, reqs: list[AppendRequest], outcomes: Sequence[AppendResult | Exception]
     ) -> None:
         """After a group commit: heads, change signals, the commit listeners (the relay)."""
+        if len(outcomes) == 1:
+            self._settle_one(reqs[0], outcomes[0])
+            return
         done = [o for o in outcomes if isinstance(o, AppendResult) and not o.duplicate]
         if done:
             heads = self.known_heads
@@ -519,24 +521,28 @@ class SqlEventStore:
                 for r, o in zip(reqs, outcomes, strict=True)
             ):
                 self.schedules.signal()
+        self._tell(done)
+
+    def _settle_one(self, req: AppendRequest, out: AppendResult | Exception) -> None:
+        """``_settle`` of one request (a lone append: the sequential hot path), with no
+        pass over lists."""
+        done: list[AppendResult] = []
+        if isinstance(out, AppendResult) and not out.duplicate:
+            done.append(out)
+            if out.last_offset > self.known_heads.get(out.topic, 0):
+                self.known_heads[out.topic] = out.last_offset
+            self._changes.fire()
+            if req.schedules:
+                self.schedules.signal()
+        self._tell(done)
+
+    def _tell(self, done: list[AppendResult]) -> None:
+        """The commit listeners (the relay) of what a commit landed."""
         for listener in self.commit_listeners:
             try:
                 listener(done)
             except Exception:  # a listener must never fail a commit
                 log.exception("commit listener failed")
-
-    def _committed(self, out: AppendResult) -> AppendResult:
-        """What ``_drain`` does after a commit, for an append of the DCB path."""
-        if not out.duplicate:
-            if out.last_offset > self.known_heads.get(out.topic, 0):
-                self.known_heads[out.topic] = out.last_offset
-            self._signal()
-        for listener in self.commit_listeners:
-            try:
-                listener([] if out.duplicate else [out])
-            except Exception:  # a listener must never fail a commit
-                log.exception("commit listener failed")
-        return out
 
     async def find_command(self, command_id: str) -> CommandRecord | None:
         """Where the append that carried ``command_id`` landed; None if none has."""
