@@ -361,15 +361,22 @@ class Appender:
         """A command's rows (the per-command hot path), in one statement that leaves the
         offsets out: SQLite assigns them (the rowid: the largest plus one, and on, as
         ``_first_offset`` would) so no query looks the head up."""
-        n = len(req.rows)
-        one, values = self._lean(info, req.rows, False)
-        sql = one if n == 1 else self._values(one, n)
-        bound = req.rows if values is None else list(map(values, req.rows))
+        given = req.rows
+        n = len(given)
+        one, values = self._lean(info, given, False)
         try:
-            cur.execute(sql, bound[0] if n == 1 else tuple(chain.from_iterable(bound)))
-            last: int = cur.lastrowid
-            first = last - n + 1
-            rows = [(first + k, *r) for k, r in enumerate(req.rows)]
+            if n == 1:  # (a command's one event: no list of rows made and cut again)
+                row = given[0]
+                cur.execute(one, row if values is None else values(row))
+                last: int = cur.lastrowid
+                first = last
+                rows = [(last, *row)]
+            else:
+                bound = given if values is None else list(map(values, given))
+                cur.execute(self._values(one, n), tuple(chain.from_iterable(bound)))
+                last = cur.lastrowid
+                first = last - n + 1
+                rows = [(first + k, *r) for k, r in enumerate(given)]
             if info.tags is not None:
                 index = info.tags.rows(rows)
                 if index:
