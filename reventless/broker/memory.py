@@ -125,7 +125,8 @@ class InMemoryBroker:
 
     def has_subscribers(self, topic: str) -> bool:
         """Whether a group with a member subscribes to ``topic`` (``SubscriberAware``)."""
-        return any(topic in g.topics and g.members for g in self._groups.values())
+        groups = self._groups  # (none: asked after every commit of a writer-only App)
+        return bool(groups) and any(topic in g.topics and g.members for g in groups.values())
 
     async def subscribe(
         self,
