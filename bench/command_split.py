@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .ab import ROOT
 from .blocks import put_block
-from .instructions import count
+from .instructions import MODEL, count
 
 #: (workload, what it runs per operation). Workloads after ``rows`` build the row first.
 STEPS: list[tuple[str, str]] = [
@@ -43,33 +43,12 @@ STEPS: list[tuple[str, str]] = [
 ]
 
 #: Run in the working tree: ``python CHILD <workload> <operations> <dir>``.
-CHILD = """
-import asyncio, sys
+CHILD = (
+    MODEL
+    + """
 from functools import partial
-import reventless as rv
 from reventless.spec import Metadata
 from reventless.store.append import AppendRequest
-
-
-class Incremented(rv.Event):
-    by: int = 1
-
-
-class Increment(rv.Command):
-    by: int = 1
-
-
-class Counter(rv.Aggregate):
-    events = Incremented
-    value: int = 0
-
-    @rv.handles(Increment)
-    def increment(self, cmd: Increment) -> Incremented:
-        return Incremented(by=cmd.by)
-
-    @rv.applies(Incremented)
-    def _inc(self, e: Incremented) -> None:
-        self.value += e.by
 
 
 RAW_TABLE = (
@@ -143,6 +122,7 @@ async def main(workload, n, where):
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
 """
+)
 
 SMALL, LARGE = 1000, 11000
 

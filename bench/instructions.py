@@ -52,8 +52,8 @@ WORKLOADS: dict[str, tuple[str, int, int]] = {
 #: event (``execute``: each event correlated by its own id, as most commands' are).
 FILLED = {"catch_up": "fill", "catch_up_cmds": "fill_cmds"}
 
-#: Run in each tree: ``python CHILD <workload> <operations> <dir>``.
-CHILD = """
+#: The model of the child scripts (``bench.command_split``'s too).
+MODEL = """
 import asyncio, sys
 import reventless as rv
 
@@ -85,6 +85,13 @@ class Counter(rv.Aggregate):
     @rv.applies(Incremented)
     def _inc(self, e: Incremented) -> None:
         self.value += e.by
+
+"""
+
+#: Run in each tree: ``python CHILD <workload> <operations> <dir>``.
+CHILD = (
+    MODEL
+    + """
 
 
 async def main(workload: str, n: int, where: str) -> None:
@@ -135,6 +142,7 @@ async def main(workload: str, n: int, where: str) -> None:
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
 """
+)
 
 COLLECTED = re.compile(r"Collected : (\d+)")
 
