@@ -81,7 +81,6 @@ def uuid7_strs(n: int) -> list[str]:
         >>> len(uuid7_strs(3))
         3
     """
-    global _head
     if n == 1:  # a command's one event: the hot path
         return [_one()]
     runs, rand = _reserve(n)
@@ -91,31 +90,33 @@ def uuid7_strs(n: int) -> list[str]:
     for ms, first, count in runs:
         last_ms, head = _head
         if ms != last_ms:  # ids mostly share their millisecond with the previous ones
-            t = f"{ms:012x}"
-            head = f"{t[:8]}-{t[8:]}-7"
-            _head = (ms, head)
+            head = _new_head(ms)
         # the first random nibble carries the RFC 9562 variant bits (0b10xx)
-        if count == 1:  # (one command's one event: no comprehension)
-            r = rand[j : j + 16]
-            out.append(f"{head}{seqs[first]}-{variant[r[0]]}{r[1:4]}-{r[4:]}")
-        else:
-            out += [
-                f"{head}{seqs[s]}-{variant[rand[k]]}{rand[k + 1 : k + 4]}-{rand[k + 4 : k + 16]}"
-                for s, k in zip(
-                    range(first, first + count), range(j, j + 16 * count, 16), strict=True
-                )
-            ]
+        out += [
+            f"{head}{seqs[s]}-{variant[rand[k]]}{rand[k + 1 : k + 4]}-{rand[k + 4 : k + 16]}"
+            for s, k in zip(range(first, first + count), range(j, j + 16 * count, 16), strict=True)
+        ]
         j += 16 * count
     return out
+
+
+def _new_head(ms: int) -> str:
+    """The text of an id's millisecond (``xxxxxxxx-xxxx-7``), kept as ``_head``: ids of
+    one millisecond share it."""
+    global _head
+    t = f"{ms:012x}"
+    head = f"{t[:8]}-{t[8:]}-7"
+    _head = (ms, head)
+    return head
 
 
 _acquire, _release = _lock.acquire, _lock.release
 
 
 def _one() -> str:
-    """``uuid7_strs(1)[0]`` in one step, without the runs and slices of ``_reserve``
+    """``uuid7_strs(1)[0]`` in one step: ``_reserve(1)`` without its runs and slices
     (~1.8x faster: a command of one event asks for one id)."""
-    global _last_ms, _seq, _pool, _pool_at, _head
+    global _last_ms, _seq, _pool, _pool_at
     _acquire()  # (not ``with``: half the cost)
     try:
         ms = time.time_ns() // 1_000_000
@@ -134,9 +135,7 @@ def _one() -> str:
         _release()
     last_ms, head = _head
     if ms != last_ms:
-        t = f"{ms:012x}"
-        head = f"{t[:8]}-{t[8:]}-7"
-        _head = (ms, head)
+        head = _new_head(ms)
     return f"{head}{_SEQ3[seq]}-{_VARIANT[r[0]]}{r[1:4]}-{r[4:]}"
 
 

@@ -184,18 +184,16 @@ class Relay:
 
     def on_commit(self, results: list[AppendResult]) -> None:
         """Called by the store after each group commit with what landed (in offset order)."""
-        if len(results) == 1:  # a lone append's (the sequential hot path)
+        if len(results) == 1:  # a lone append's (the sequential hot path): no pass below
             res = results[0]
             name = res.topic
             if (
                 res.rows
-                and not self._publishing
                 and name in self.topics
-                and self.published[name] == self._known[name] == res.first_offset - 1
+                and self._caught_up(name, res)
                 and self._unheard(name)
-            ):  # no one to hear it: passed over, as below
+            ):
                 self._pass_over_results(name, results)
-                self._known[name] = self.published[name] = res.last_offset
                 return
         wake = False
         unheard: dict[str, bool] = {}  # per topic, asked once per call (a group's results)
@@ -206,14 +204,10 @@ class Relay:
             name = res.topic
             if name not in self.topics or not res.rows:
                 continue
-            if (
-                not self._publishing
-                and self.published[name] == self._known[name] == res.first_offset - 1
-                and self._unheard_once(name, unheard)
-            ):
+            if self._caught_up(name, res) and self._unheard_once(name, unheard):
                 # nothing pending and no one to hear it: passed over here, with no turn
-                # of the relay's task (the sequential hot path), with the results of the
-                # same topic right after it (a bulk append's, one per aggregate)
+                # of the relay's task, with the results of the same topic right after it
+                # (a bulk append's, one per aggregate)
                 run = [res]
                 while i < n and results[i].topic == name and results[i].rows:
                     if results[i].first_offset != run[-1].last_offset + 1:
@@ -221,7 +215,6 @@ class Relay:
                     run.append(results[i])
                     i += 1
                 self._pass_over_results(name, run)
-                self._known[name] = self.published[name] = run[-1].last_offset
                 continue
             buf = self._buffer[name]
             if len(buf) < _MAX_BUFFER:  # beyond that (broker down), re-read the store
@@ -367,15 +360,25 @@ class Relay:
             last[r[PARTITION_AT]] = r[OFFSET_AT]
         self.unheard += len(rows)
 
+    def _caught_up(self, name: str, res: AppendResult) -> bool:
+        """Nothing of ``name`` is pending or being published, and ``res`` comes right
+        after what is known of it: ``res`` may be passed over here, in ``on_commit``."""
+        return (
+            not self._publishing
+            and self.published[name] == self._known[name] == res.first_offset - 1
+        )
+
     def _pass_over_results(self, name: str, run: Sequence[AppendResult]) -> None:
         """``_pass_over`` of consecutive results' rows (a topic of one partition: its
-        chain moves to the last offset, with no look at each row)."""
+        chain moves to the last offset, with no look at each row); ``name`` is then known
+        and published through them."""
         if self.topics[name].partitions == 1:
             self._last[name][0] = run[-1].last_offset
             self.unheard += run[-1].last_offset - run[0].first_offset + 1
-            return
-        for res in run:
-            self._pass_over(name, res.rows)
+        else:
+            for res in run:
+                self._pass_over(name, res.rows)
+        self._known[name] = self.published[name] = run[-1].last_offset
 
     async def _persist(self) -> None:
         changed = {t: o for t, o in self.published.items() if self._persisted.get(t) != o}
