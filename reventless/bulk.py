@@ -18,8 +18,11 @@ commands on their aggregates, so each aggregate's commands keep their order.
 
 from __future__ import annotations
 
+import gc
+import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +41,48 @@ if TYPE_CHECKING:
     from .turns import Turns
 
 Item = tuple[str, Command] | tuple[str, Command, str | None]
+
+
+class _CollectorPause:
+    """Who holds CPython's cyclic garbage collector off (``collector_paused``): a count
+    of the pauses under way, so overlapping ones (two ``execute_many`` calls on one
+    loop, or on loops of two threads) turn it back on once, when the last one ends, and
+    only if it was on when the first began."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held = 0
+        self._resume = False
+
+    @contextmanager
+    def __call__(self, pause: bool = True) -> Iterator[None]:
+        if not pause:
+            yield
+            return
+        with self._lock:
+            if not self._held:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held -= 1
+                if not self._held and self._resume:
+                    gc.enable()
+
+
+#: A window of bulk commands makes some twenty container objects per command (the
+#: command's and event's models, the state, rows, the request, the result) that live
+#: until the window is written and answered. With the collector on, every 700 of them
+#: start a young-generation pass over objects that are all still alive, and every tenth
+#: pass an older one: ~12% of ``execute_many``'s time on new aggregates (ad hoc,
+#: callbacks on ``gc``). Held off for the window, most of them are freed by reference
+#: counting first and the collector never visits them. A window is bounded (1,000
+#: commands, one append), so what cyclic garbage the process makes meanwhile (any task's)
+#: waits at most that long.
+collector_paused = _CollectorPause()
 #: ``Metadata()``: what an append without ``meta`` writes.
 _EMPTY_META = Metadata()
 
@@ -49,6 +94,8 @@ class LogOptions:
     ``snapshot_every``: store a snapshot each N events of an aggregate (0: never).
     ``max_attempts``/``backoff_*``: retries of ``execute`` on a concurrency clash
     (exponential backoff with jitter). ``cache_size``: aggregates kept in memory.
+    ``bulk_gc_pause``: ``execute_many`` holds CPython's cyclic garbage collector off
+    while it runs a window of its commands in bulk (``collector_paused``).
     """
 
     snapshot_every: int = 100
@@ -56,6 +103,7 @@ class LogOptions:
     backoff_base: float = 0.002
     backoff_max: float = 0.2
     cache_size: int = 10_000
+    bulk_gc_pause: bool = True
 
 
 @dataclass(frozen=True, slots=True)

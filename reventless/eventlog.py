@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 from . import telemetry
-from .bulk import BulkExecute, executed
+from .bulk import BulkExecute, collector_paused, executed
 from .bulk import ExecuteResult as ExecuteResult  # re-exported: defined beside the bulk path
 from .bulk import LogOptions as LogOptions
 from .codec import AGGREGATE_AT, CORRELATION_AT, MSG_ID_AT, TENANT_AT, add_tags
@@ -574,9 +574,10 @@ class EventLog(Topic, BulkExecute, Generic[A]):
         outcomes: list[ExecuteResult | BaseException] = [_NOT_RUN] * len(items)
         for at in range(0, len(items), _MANY_WINDOW):
             window = range(at, min(len(items), at + _MANY_WINDOW))
-            preloaded = await self._preload(items[i][0] for i in window)
-            # decided in one go and appended together; the rest (see bulk.py) one by one
-            careful = await self._bulk(items, window, meta or _EMPTY_META, outcomes, preloaded)
+            with collector_paused(self.options.bulk_gc_pause):  # (see there)
+                preloaded = await self._preload(items[i][0] for i in window)
+                # decided in one go and appended together; the rest (see bulk.py) one by one
+                careful = await self._bulk(items, window, meta or _EMPTY_META, outcomes, preloaded)
             if not careful:
                 continue
             todo = iter(careful)

@@ -8,6 +8,7 @@ process whose writes make the first one's states stale.
 from __future__ import annotations
 
 import asyncio
+import gc
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Annotated, Any
@@ -388,3 +389,89 @@ async def test_a_driver_that_cannot_connect_leaves_reads_to_rows(
         k / 3 for k in range(1500)
     ]
     assert "fall back to rows" in caplog.text
+
+
+class Probe(rv.Command):
+    """Records whether the cyclic collector is on while the command is decided."""
+
+
+class Probed(rv.Event):
+    collecting: bool
+
+
+class Prober(rv.Aggregate):
+    events = Probed
+    seen: list[bool] = Field(default_factory=list)
+
+    @rv.handles(Probe)
+    def probe(self, cmd: Probe) -> Probed:
+        return Probed(collecting=gc.isenabled())
+
+    @rv.applies(Probed)
+    def _probed(self, e: Probed) -> None:
+        self.seen.append(e.collecting)
+
+
+async def test_the_collector_is_held_off_for_a_bulk_window_and_back_after(file_url: str) -> None:
+    """``execute_many`` decides a window with the cyclic collector off (``bulk_gc_pause``)
+    and turns it back on after, also when a command raised; one that was off before
+    stays off; the careful path and ``execute`` leave it alone."""
+    app = rv.App(store=file_url)
+    log = app.event_log(Prober)
+    async with app:
+        assert gc.isenabled()
+        got = await log.execute_many([(f"p-{i}", Probe()) for i in range(3)])
+        assert [r.events[0].collecting for r in got if isinstance(r, rv.ExecuteResult)] == [
+            False
+        ] * 3
+        assert gc.isenabled()
+        careful = await log.execute_many([("p-0", Probe(), "cmd-1")])  # a command id
+        assert isinstance(careful[0], rv.ExecuteResult) and careful[0].events[0].collecting
+        gc.disable()
+        try:
+            await log.execute_many([("p-9", Probe())])
+            assert not gc.isenabled()  # as the caller left it
+        finally:
+            gc.enable()
+        with pytest.raises(rv.UnhandledCommandError):
+            await log.execute_many([("p-1", Deposit(amount=1))])
+        assert gc.isenabled()
+        stored_probes = await rows(
+            app, f"SELECT collecting FROM {require_sql(app.store, 'the test').table_of('Prober')}"
+        )
+        assert [bool(c) for (c,) in stored_probes] == [False, False, False, True, False]
+    off = rv.App(store=file_url, options=rv.AppOptions(log=rv.LogOptions(bulk_gc_pause=False)))
+    log = off.event_log(Prober)
+    async with off:
+        [res] = await log.execute_many([("q", Probe())])
+        assert isinstance(res, rv.ExecuteResult) and res.events[0].collecting
+
+
+def test_overlapping_pauses_turn_the_collector_back_on_once() -> None:
+    """Two windows under way at once (two callers on one loop): the collector comes
+    back when the last one ends, not the first."""
+    from reventless.bulk import collector_paused
+
+    assert gc.isenabled()
+    first, second = collector_paused(), collector_paused()
+    first.__enter__()
+    second.__enter__()
+    assert not gc.isenabled()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+async def test_concurrent_bulk_calls_leave_the_collector_on(file_url: str) -> None:
+    app = rv.App(store=file_url)
+    log = app.event_log(Account)
+    async with app:
+        calls = [
+            log.execute_many([(f"c{k}-{i}", Deposit(amount=1)) for i in range(1500)])
+            for k in range(4)
+        ]
+        results = await asyncio.gather(*calls)
+        assert all(isinstance(r, rv.ExecuteResult) for got in results for r in got)
+        assert gc.isenabled()
+        assert len(await stored(app)) == 6000
