@@ -284,7 +284,9 @@ class Database:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def _make_engine(self, begin: str | None) -> Engine:
+    def _make_engine(self, begin: str | None, *, writer: bool = False) -> Engine:
+        """``writer``: the engine of a SQLite file's writes, whose connections keep their
+        savepoints' and statements' undo journals in memory (see ``_on_connect``)."""
         kwargs: dict[str, Any] = {}
         if self.is_sqlite:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 60}
@@ -307,6 +309,14 @@ class Database:
                 cur.execute(f"PRAGMA synchronous={sync}")
                 if self.max_page_count is not None:
                     cur.execute(f"PRAGMA max_page_count={int(self.max_page_count)}")
+                if writer:
+                    # A group commit's savepoint (and a many-row statement) keeps a copy
+                    # of each page it changes until it ends, in memory up to 64 KiB and
+                    # then in a temporary file: write calls per page once a group's rows
+                    # land on more pages than that (64 commands on 64 aggregates of a
+                    # grown log: 500-600 us of CPU per group, 220-250 in memory). The
+                    # copies are bounded by what one transaction changes.
+                    cur.execute("PRAGMA temp_store=MEMORY")
                 cur.close()
 
             if begin is not None:
@@ -323,7 +333,7 @@ class Database:
             return
         if self.is_sqlite and not self.is_memory:
             # Writers take the lock up front (no deadlock-prone lock upgrades).
-            self._writer_engine = self._make_engine("BEGIN IMMEDIATE")
+            self._writer_engine = self._make_engine("BEGIN IMMEDIATE", writer=True)
             self._reader_engine = self._make_engine("BEGIN")
         elif self.is_sqlite:
             self._writer_engine = self._make_engine("BEGIN")
