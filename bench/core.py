@@ -692,8 +692,8 @@ def rows(quick: bool, pg: bool) -> list[Row]:
         ),
         Row(
             "inflight64_grown",
-            f"64 commands in flight, {grown} per stream (a grown log: a group's rows land on "
-            "many index pages; raw: 64 rows per transaction, as many)",
+            f"64 commands in flight, {grown} per stream (the log grows to {w * grown:,} events, "
+            "a group's rows land on many index pages; raw: 64 rows per transaction, as many)",
             "cmd/s",
             {
                 "reventless": arun(_rv_conc, w, grown),
