@@ -124,6 +124,23 @@ def loop_is_alone(own: int = 0) -> bool:
     return ready is not None and len(ready) <= own
 
 
+def _sorting_in_files(conn: Connection, fn: Callable[[Connection], T]) -> T:
+    """``fn`` in a transaction of ``conn`` (a SQLite file's writer) whose temporary data
+    goes to files: the writer keeps it in memory (``temp_store=MEMORY``, see
+    ``Database._make_engine``), where an index built over millions of rows would sort
+    them all (2M rows of 100 bytes: 290 MB against 18). The setting can change only
+    between transactions."""
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    raw.execute("PRAGMA temp_store=FILE")
+    try:
+        with conn.begin():
+            return fn(conn)
+    finally:
+        with contextlib.suppress(sqlite3.Error):  # (a broken connection is opened again)
+            raw.execute("PRAGMA temp_store=MEMORY")
+
+
 def _file_lock(path: str) -> threading.Lock:
     key = os.path.realpath(path)
     with _file_locks_guard:
@@ -552,9 +569,11 @@ class Database:
         deadline: Deadline | None = None,
         *,
         autocommit: bool = False,
+        sorts: bool = False,
     ) -> T:
         """Run ``fn`` in one write transaction (call on the writer thread).
-        ``autocommit`` (PostgreSQL, ``write_statement``): no transaction around it."""
+        ``autocommit`` (PostgreSQL, ``write_statement``): no transaction around it.
+        ``sorts``: see ``write``."""
         lock = self._write_lock
         if lock is not None:
             lock.acquire()
@@ -565,6 +584,8 @@ class Database:
                 deadline.arm(_fileno(conn))
             if autocommit:
                 return _in_autocommit(conn, fn)
+            if sorts and self.is_sqlite and not self.is_memory:
+                return _sorting_in_files(conn, fn)
             with conn.begin():
                 return fn(conn)
         except sa.exc.OperationalError as exc:
@@ -731,11 +752,13 @@ class Database:
                     deadline.disarm()
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def write(self, fn: Callable[[Connection], T]) -> T:
-        """Run ``fn`` in one write transaction on the writer thread."""
+    async def write(self, fn: Callable[[Connection], T], *, sorts: bool = False) -> T:
+        """Run ``fn`` in one write transaction on the writer thread. ``sorts``: ``fn``
+        may sort a whole table (``CREATE INDEX`` on one that holds rows): on a SQLite
+        file its temporary data goes to files, not to the writer's memory."""
         if self._writer is None:
             raise StoreError("store is not open")
-        return await self._timed(self._writer, partial(self.write_sync, fn))
+        return await self._timed(self._writer, partial(self.write_sync, fn, sorts=sorts))
 
     async def read_point(self, fn: Callable[[Connection], T]) -> T:
         """``read`` for a short point read (an aggregate's snapshot and tail): on a SQLite

@@ -344,7 +344,8 @@ class SqlEventStore:
             return False
 
         try:
-            created, rowid = await self.db.write(work)
+            # (a stored topic that gains tags gets an index over the rows it holds)
+            created, rowid = await self.db.write(work, sorts=True)
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"cannot create topic {topic.name!r}: {exc}") from exc
         self._remember(topic, table.name, rowid)

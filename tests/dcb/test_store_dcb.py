@@ -451,6 +451,10 @@ async def test_an_aggregate_whose_events_gain_tags(lasting_url: str) -> None:
         assert index == [("author:bob", 2, "Posted")]
         bob = await app.store.read_query("Board", rv.Query.of(tags=["author:bob"]))
         assert [r[0] for r in bob] == [2]
+        db = require_sql(app.store, "the test").db
+        if db.is_sqlite:  # the index was sorted in files, and the writer's setting is back
+            temp_store = await db.write(lambda c: c.exec_driver_sql("PRAGMA temp_store").scalar())
+            assert temp_store == 2
 
 
 async def test_conditions_ignore_events_retention_deleted(lasting_url: str) -> None:

@@ -5,6 +5,9 @@ among hundreds of requests still undoes that request alone. Read back from the s
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import reventless as rv
 from reventless.store import require_sql
@@ -48,3 +51,28 @@ async def test_a_clash_in_a_group_over_many_pages_undoes_only_its_request(tmp_pa
             lambda conn: conn.exec_driver_sql("PRAGMA temp_store").scalar()
         )
         assert temp_store == 2  # MEMORY
+
+
+async def test_a_write_that_sorts_a_table_keeps_its_temporary_data_in_files(
+    tmp_path: Path,
+) -> None:
+    """Registering topics (``sorts=True``: an index over a table's rows) sorts in files, as
+    SQLite does by default; every other write keeps the writer's in-memory setting, which
+    is back after it."""
+    app = rv.App(store=f"sqlite:///{tmp_path / 'store.db'}")
+    app.event_log(Account)
+    async with app:
+        db = require_sql(app.store, "the test").db
+
+        def temp_store(conn: Any) -> int:
+            return int(conn.exec_driver_sql("PRAGMA temp_store").scalar())
+
+        assert await db.write(temp_store, sorts=True) == 1  # FILE
+        assert await db.write(temp_store) == 2  # MEMORY
+
+        def fails(conn: Any) -> None:
+            raise RuntimeError("rolled back")
+
+        with pytest.raises(RuntimeError):
+            await db.write(fails, sorts=True)
+        assert await db.write(temp_store) == 2
