@@ -436,9 +436,8 @@ async def test_the_collector_is_held_off_for_a_bulk_window_and_back_after(file_u
         with pytest.raises(rv.UnhandledCommandError):
             await log.execute_many([("p-1", Deposit(amount=1))])
         assert gc.isenabled()
-        stored_probes = await rows(
-            app, f"SELECT collecting FROM {require_sql(app.store, 'the test').table_of('Prober')}"
-        )
+        table = require_sql(app.store, "the test").table_of("Prober")
+        stored_probes = await rows(app, f"SELECT collecting FROM {table} ORDER BY _offset")
         assert [bool(c) for (c,) in stored_probes] == [False, False, False, True, False]
     off = rv.App(store=file_url, options=rv.AppOptions(log=rv.LogOptions(bulk_gc_pause=False)))
     log = off.event_log(Prober)
