@@ -77,7 +77,7 @@ class _CollectorPause:
 #: command's and event's models, the state, rows, the request, the result) that live
 #: until the window is written and answered. With the collector on, every 700 of them
 #: start a young-generation pass over objects that are all still alive, and every tenth
-#: pass an older one: ~12% of ``execute_many``'s time on new aggregates (ad hoc,
+#: pass an older one: 14-15% of ``execute_many``'s time on new aggregates (ad hoc,
 #: callbacks on ``gc``). Held off for the window, most of them are freed by reference
 #: counting first and the collector never visits them. A window is bounded (1,000
 #: commands, one append), so what cyclic garbage the process makes meanwhile (any task's)

@@ -532,7 +532,7 @@ class SqlEventStore:
             done.append(out)
             if out.last_offset > self.known_heads.get(out.topic, 0):
                 self.known_heads[out.topic] = out.last_offset
-            self._changes.fire()
+            self._signal()
             if req.schedules:
                 self.schedules.signal()
         self._tell(done)
