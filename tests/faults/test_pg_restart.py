@@ -15,7 +15,7 @@ start). Then it is started again, and the App, never restarted, must show:
 - the read model equals the fold of the log and its collector reaches the head; so does
   a batch handler's, whose catch-up reads Arrow pages through the ADBC driver while the
   server goes away (the driver must fail typed, not abort the process: adbc-driver-
-  postgresql 1.8.0 did, ``std::logic_error`` from a lost connection's error); the relay
+  postgresql 1.8.0 to 1.10.0 did, ``std::logic_error`` on a lost connection); the relay
   publishes up to the head.
 """
 
@@ -144,6 +144,7 @@ async def test_restart_during_appends_and_catch_up(
             )
             await asyncio.to_thread(private_pg.stop, mode)
             caught_at_stop = collector.checkpoints[("Counter", 0)]
+            paged_at_stop = app.collector("batch_offsets").checkpoints[("Counter", 0)]
             for read in (lambda: view.get("c0"), view.lag, app.store.heads):
                 with pytest.raises(rv.StoreError):  # reads fail typed too
                     await asyncio.wait_for(read(), HANG)
@@ -163,6 +164,7 @@ async def test_restart_during_appends_and_catch_up(
             stop.set()
 
         assert caught_at_stop < backlog, "the server went down after the catch-up ended"
+        assert paged_at_stop < backlog, "the server went down after the batch catch-up ended"
         failed = [s for s in sent if s.error is not None]
         assert failed, "no command saw the outage"
         assert all(isinstance(s.error, rv.StoreError) for s in failed), {
