@@ -72,22 +72,14 @@ def _read_pages(
     import adbc_driver_manager as adbc
     import pyarrow as pa
 
-    sqlite = not uri.startswith("postgresql")
+    from reventless.store._arrowchild import _query  # the helpers' own read of a page
+
+    # SQLite's in one batch per page, as the store's helpers read them
+    batch_rows = None if uri.startswith("postgresql") else page
     handles = {}
     for version, library in libraries.items():
         db = adbc.AdbcDatabase(driver=library, uri=uri)
         handles[version] = (db, adbc.AdbcConnection(db))
-
-    def query(conn: Any, text: str) -> pa.Table:
-        stmt = adbc.AdbcStatement(conn)
-        try:
-            if sqlite:  # one batch per page, as the store's helpers read them
-                stmt.set_options(**{"adbc.sqlite.query.batch_rows": str(page)})
-            stmt.set_sql_query(text)
-            handle, _ = stmt.execute_query()
-            return pa.RecordBatchReader.from_stream(handle).read_all()
-        finally:
-            stmt.close()
 
     walls: dict[str, list[float]] = {v: [] for v in libraries}
     cpus: dict[str, list[float]] = {v: [] for v in libraries}
@@ -99,7 +91,8 @@ def _read_pages(
             n = 0
             t0, c0 = time.perf_counter(), time.thread_time()
             for start in range(1, events + 1, page):
-                got = query(conn, f"{sql} WHERE _offset >= {start} ORDER BY _offset LIMIT {page}")
+                text = f"{sql} WHERE _offset >= {start} ORDER BY _offset LIMIT {page}"
+                got = _query(conn, text, batch_rows)
                 n += got.num_rows
             wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
             if n != events:
