@@ -43,7 +43,12 @@ test: export REVENTLESS_SPARK_PARTITIONS ?= 2
 # Three kept the CPU 94-96% busy here, and in each of two runs a test that waits on other
 # processes timed out.
 # A backstop beyond pytest-timeout's per-test limit: the whole run ends within 45 minutes.
+# The repo's modules are compiled to bytecode first: the suite starts hundreds of Python
+# processes (CLI runs, writer processes, Spark's Python workers) that import them, and
+# where the environment says PYTHONDONTWRITEBYTECODE none of them would write the cache,
+# so each would compile every module again.
 test: lint services
+	$(BIN)/python -m compileall -q reventless adapters examples tests > /dev/null
 	timeout -k 60 2700 $(BIN)/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
