@@ -1,5 +1,5 @@
 """``python -m bench.imports [--base REF] [--head REF] [--rounds N] [--out FILE]``: what a
-new Python process pays to ``import reventless``, for two git refs side by side, with the
+new Python process pays to ``import reventless``, for a git ref (two side by side), with the
 package's modules compiled from source and from bytecode.
 
 The suite starts some 370 Python processes that import the package (CLI runs, writer
@@ -64,22 +64,25 @@ def import_once(tree: Path, bytecode: bool) -> tuple[float, Counter[str]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.imports")
-    ap.add_argument("--base", required=True, help="a git ref to measure beside --head")
+    ap.add_argument("--base", help="a git ref to measure beside --head (optional)")
     ap.add_argument("--head", default="HEAD", help="the other git ref (default HEAD)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--out", type=Path, help="put the table into this file (BENCHMARKS.md)")
     a = ap.parse_args()
-    short = {
-        r: subprocess.run(
-            ["git", "rev-parse", "--short", r], cwd=ROOT, check=True, capture_output=True, text=True
-        ).stdout.strip()
-        for r in (a.base, a.head)
-    }
+    names = [a.base, a.head] if a.base else [a.head]
+    short: dict[str, str] = {}
+    for r in names:
+        got = subprocess.run(
+            ["git", "rev-parse", "--short", "--verify", f"{r}^{{commit}}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        if got.returncode:
+            raise SystemExit(f"python -m bench.imports: error: {r!r} is not a commit")
+        short[r] = got.stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
-        refs = {
-            a.base: unpack(a.base, Path(tmp), "base"),
-            a.head: unpack(a.head, Path(tmp), "head"),
-        }
+        refs = {ref: unpack(ref, Path(tmp), f"side{i}") for i, ref in enumerate(names)}
         for tree in refs.values():
             for cache in tree.rglob("__pycache__"):
                 shutil.rmtree(cache)
@@ -117,7 +120,7 @@ def main() -> None:
             f"| {ref} ({short[ref]}) | {mode} | {statistics.median(cpu[ref, mode]):.2f} | "
             f"{statistics.median(totals):.2f} | " + " | ".join(f"{p:,.0f} ms" for p in parts) + " |"
         )
-    command = f"python -m bench.imports --base {a.base}"
+    command = "python -m bench.imports" + (f" --base {a.base}" if a.base else "")
     command += f" --head {a.head}" if a.head != "HEAD" else ""
     command += f" --rounds {a.rounds}"
     body = "\n".join(
