@@ -1,5 +1,6 @@
 """The architecture the README describes holds in the code: no import cycles among the
-modules of the core or the adapters, and no SQL outside ``reventless/store/``.
+modules of the core or the adapters, no SQL outside ``reventless/store/``, and no sqlglot
+imported with the package.
 
 The layer contracts themselves are import-linter's (``make lint``, ``[tool.importlinter]``
 in pyproject.toml); these checks cover what its contracts do not say.
@@ -8,6 +9,8 @@ in pyproject.toml); these checks cover what its contracts do not say.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import grimp
@@ -107,3 +110,22 @@ def test_only_the_store_runs_sql() -> None:
     assert len(outside) > 50
     found = [f"{p.relative_to(ROOT)}:{n}" for p in outside for n in _sql_calls(p)]
     assert found == []
+
+
+def test_importing_the_package_leaves_what_only_some_processes_need() -> None:
+    """A new process that imports the package (a CLI run, a worker) does not pay for
+    sqlglot: it is imported on the first parse of a predicate (``predicate/_sql.py``)."""
+    probe = (
+        "import sys, reventless\n"
+        "assert 'sqlglot' not in sys.modules, 'sqlglot imported with the package'\n"
+        "from reventless.predicate import Predicate\n"
+        "assert 'sqlglot' not in sys.modules, 'sqlglot imported with reventless.predicate'\n"
+        "from tests.model import Counter\n"
+        "import reventless as rv\n"
+        "Predicate.parse('by > 1', rv.App().event_log(Counter).schema)\n"
+        "assert 'sqlglot' in sys.modules\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
