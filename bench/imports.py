@@ -1,6 +1,7 @@
 """``python -m bench.imports [--base REF] [--head REF] [--rounds N] [--out FILE]``: what a
-new Python process pays to ``import reventless``, for a git ref (two side by side), with the
-package's modules compiled from source and from bytecode.
+new Python process pays to import the package (``import reventless`` and a use of
+``reventless.App``, which imports all of it) and to print ``reventless --help``, for a git
+ref (two side by side), with the package's modules compiled from source and from bytecode.
 
 The suite starts some 370 Python processes that import the package (CLI runs, writer
 processes, Spark's Python workers), and so does every user's CLI call and worker. Where
@@ -9,8 +10,8 @@ writes the bytecode cache, so each compiles every module of the package again; `
 test`` compiles them first.
 
 Each ref's committed files are unpacked into a directory of their own (``bench.ab``).
-For each round, in alternating order, every (ref, mode) runs ``python -X importtime -c
-"import reventless"`` in a fresh process: ``source`` in a tree without ``__pycache__``
+For each round, in alternating order, every (ref, mode, what) runs ``python -X importtime
+-c CODE`` in a fresh process (``WHATS``): ``source`` in a tree without ``__pycache__``
 and with ``PYTHONDONTWRITEBYTECODE=1``; ``bytecode`` after ``compileall`` of the tree.
 Reported: the median CPU time of the whole process (user + system, interpreter start-up
 included, from ``getrusage`` of the children), the median sum of the import-time
@@ -33,18 +34,25 @@ from .ab import ROOT, side_env, unpack
 from .blocks import put_block
 
 #: Top-level packages whose own import time is reported apart.
-PARTS = ("reventless", "sqlalchemy", "pyarrow", "numpy", "pydantic", "sqlglot")
+PARTS = ("reventless", "sqlalchemy", "pyarrow", "numpy", "pydantic", "sqlglot", "typer")
+
+#: What each process runs: the whole package (its names are imported on first use since
+#: the package's ``__init__`` became lazy), and the command line's help.
+WHATS = {
+    "package": "import reventless; reventless.App",
+    "help": "from reventless.cli import main; main(['--help'])",
+}
 
 
-def import_once(tree: Path, bytecode: bool) -> tuple[float, Counter[str]]:
-    """One fresh ``import reventless`` in ``tree``: the process's CPU seconds and the
+def import_once(tree: Path, bytecode: bool, what: str = "package") -> tuple[float, Counter[str]]:
+    """One fresh process running ``WHATS[what]`` in ``tree``: its CPU seconds and the
     import-time report's own microseconds per top-level package."""
     env = side_env(tree)
     if not bytecode:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     got = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import reventless"],
+        [sys.executable, "-X", "importtime", "-c", WHATS[what]],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -84,12 +92,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # (committed files only: no bytecode cache until a round compiles one)
         refs = {ref: unpack(ref, Path(tmp), f"side{i}") for i, ref in enumerate(names)}
-        sides = [(ref, mode) for ref in refs for mode in ("source", "bytecode")]
-        cpu: dict[tuple[str, str], list[float]] = {s: [] for s in sides}
-        own: dict[tuple[str, str], list[Counter[str]]] = {s: [] for s in sides}
+        sides = [(ref, m, w) for w in WHATS for ref in refs for m in ("source", "bytecode")]
+        cpu: dict[tuple[str, str, str], list[float]] = {s: [] for s in sides}
+        own: dict[tuple[str, str, str], list[Counter[str]]] = {s: [] for s in sides}
         for r in range(a.rounds):
             order = sides if r % 2 == 0 else sides[::-1]
-            for ref, mode in order:
+            for ref, mode, what in order:
                 tree = refs[ref]
                 if mode == "bytecode" and not (tree / "reventless" / "__pycache__").exists():
                     subprocess.run(
@@ -101,21 +109,25 @@ def main() -> None:
                 if mode == "source":
                     for cache in tree.rglob("__pycache__"):
                         shutil.rmtree(cache)
-                c, o = import_once(tree, mode == "bytecode")
-                cpu[ref, mode].append(c)
-                own[ref, mode].append(o)
-                print(f"round {r + 1}/{a.rounds}  {ref:>12} {mode:>8}  {c:.3f} s CPU", flush=True)
+                c, o = import_once(tree, mode == "bytecode", what)
+                cpu[ref, mode, what].append(c)
+                own[ref, mode, what].append(o)
+                print(
+                    f"round {r + 1}/{a.rounds}  {ref:>12} {mode:>8} {what:>7}  {c:.3f} s CPU",
+                    flush=True,
+                )
     lines = [
-        "| ref | modules | process CPU (s) | import time, all modules (s) | "
+        "| process | ref | modules | process CPU (s) | import time, all modules (s) | "
         + " | ".join(PARTS)
         + " |",
-        "|---|---|--:|--:|" + "--:|" * len(PARTS),
+        "|---|---|---|--:|--:|" + "--:|" * len(PARTS),
     ]
-    for ref, mode in sides:
-        totals = [sum(o.values()) / 1e6 for o in own[ref, mode]]
-        parts = [statistics.median(o[p] for o in own[ref, mode]) / 1e3 for p in PARTS]
+    for side in sides:
+        ref, mode, what = side
+        totals = [sum(o.values()) / 1e6 for o in own[side]]
+        parts = [statistics.median(o[p] for o in own[side]) / 1e3 for p in PARTS]
         lines.append(
-            f"| {ref} ({short[ref]}) | {mode} | {statistics.median(cpu[ref, mode]):.2f} | "
+            f"| {what} | {ref} ({short[ref]}) | {mode} | {statistics.median(cpu[side]):.2f} | "
             f"{statistics.median(totals):.2f} | " + " | ".join(f"{p:,.0f} ms" for p in parts) + " |"
         )
     command = "python -m bench.imports" + (f" --base {a.base}" if a.base else "")
@@ -125,8 +137,9 @@ def main() -> None:
         [
             "## Importing the package (a new process)",
             "",
-            f"Command: `{command}` (fresh processes of `python -X importtime -c "
-            '"import reventless"`, the refs and modes alternating round by round, medians; '
+            f"Command: `{command}` (fresh processes of `python -X importtime -c CODE`; "
+            f"`package`: `{WHATS['package']}`, `help`: `{WHATS['help']}`; "
+            "the refs and modes alternating round by round, medians; "
             "`source`: no bytecode cache and `PYTHONDONTWRITEBYTECODE=1`, as each of the "
             "suite's processes ran before `make test` compiled the modules; `bytecode`: "
             "after `compileall`). The package columns: their modules' own import time.",

@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ..errors import ReventlessError
-from ..store import open_admin
 from .loading import FACTORY_RULE, load_app
-from .log import DEFAULT_STORE, Json, Store
+from .log import DEFAULT_STORE, Json, Store, open_admin
 from .output import Meter, meter, print_json, table
 from .params import COUNT
 from .run import UsageError, run

@@ -22,15 +22,25 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..store import StoreAdmin, open_admin
 from .output import Meter, make_table, meter, print_json, stdout
 from .params import COUNT, OFFSET
 from .run import UsageError, run
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
     import pyarrow as pa
 
-    from ..store import StoreOverview
+    from ..store import StoreAdmin, StoreOverview
+
+
+def open_admin(store: str) -> AbstractAsyncContextManager[StoreAdmin]:
+    """``reventless.store.open_admin``, imported when a command opens a store (SQLAlchemy,
+    pyarrow: not for ``--help``, a completion or a usage error)."""
+    from ..store import open_admin as opened
+
+    return opened(store)
+
 
 #: Rows per read of ``tail --follow``.
 FOLLOW_PAGE = 1000

@@ -22,9 +22,8 @@ import typer
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ..store import open_admin
 from ..urls import redact_url
-from .log import DEFAULT_STORE, Json, Store, overview_json, stopped_by_signals
+from .log import DEFAULT_STORE, Json, Store, open_admin, overview_json, stopped_by_signals
 from .output import make_table, print_json, stdout
 from .params import seconds
 from .run import UsageError, run
