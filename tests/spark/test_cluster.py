@@ -69,6 +69,16 @@ async def _rows(app: Any) -> list[Any]:
     return await ReadModelTable(stock_levels, app.store.db).all()
 
 
+def test_the_clusters_daemons_run_with_its_java_options(standalone: Any) -> None:
+    from reventless.spark.standalone import DAEMON_JAVA_OPTIONS
+
+    assert standalone.java_options == DAEMON_JAVA_OPTIONS
+    for proc in standalone._procs:  # the master and the two workers
+        args = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert args[0] == b"java"
+        assert [a.decode() for a in args[2:4]] == list(DAEMON_JAVA_OPTIONS), args[:6]
+
+
 def test_cli_rebuild_rejects_a_bad_read_model_path() -> None:
     done = cli("rebuild", "examples.shop.model", "--app", "tests.spark.cliapp:app")
     assert done.returncode == 2 and "module:attribute" in done.stderr
