@@ -1,6 +1,6 @@
 """The architecture the README describes holds in the code: no import cycles among the
-modules of the core or the adapters, no SQL outside ``reventless/store/``, and no sqlglot
-imported with the package.
+modules of the core or the adapters, no SQL outside ``reventless/store/``, no sqlglot
+imported with the package, and no store imported by the command line's help.
 
 The layer contracts themselves are import-linter's (``make lint``, ``[tool.importlinter]``
 in pyproject.toml); these checks cover what its contracts do not say.
@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("reventless", "reventless_nats", "reventless_aws")
 #: Calls that run SQL on a SQLAlchemy connection or a DBAPI cursor (``execute`` only on a
 #: connection or cursor: ``EventLog.execute`` runs commands).
+#: What a process that does not open a store should not import.
+HEAVY = ("sqlalchemy", "pyarrow", "numpy", "sqlglot")
 SQL_CALLS = {"exec_driver_sql", "executemany", "insert_ignore", "copy"}
 CONNECTIONS = {"conn", "connection", "cur", "cursor"}
 
@@ -125,6 +127,34 @@ def test_importing_the_package_leaves_what_only_some_processes_need() -> None:
         "Predicate.parse('by > 1', rv.App().event_log(Counter).schema)\n"
         "assert 'sqlglot' in sys.modules\n"
     )
+    _in_a_new_process(probe)
+
+
+def test_help_and_usage_errors_import_no_store() -> None:
+    """``reventless --help``, a command's help and a usage error (what a shell completion
+    and a typo run) leave SQLAlchemy, pyarrow and numpy unimported; ``import reventless``
+    alone imports none of them either."""
+    probe = (
+        "import sys, contextlib, io\n"
+        f"heavy = {HEAVY!r}\n"
+        "import reventless\n"
+        "assert not [m for m in heavy if m in sys.modules], 'import reventless'\n"
+        "from reventless.cli import main\n"
+        "for args in (['--help'], ['tail', '--help'], ['status', '--help'], ['tail']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), "
+        "contextlib.redirect_stderr(io.StringIO()):\n"
+        "        code = main(args)\n"
+        "    assert code in (0, 2), (args, code)\n"
+        "    loaded = [m for m in heavy if m in sys.modules]\n"
+        "    assert not loaded, (args, loaded)\n"
+        "reventless.App\n"
+        "assert 'sqlalchemy' in sys.modules and 'pyarrow' in sys.modules\n"
+    )
+    _in_a_new_process(probe)
+
+
+def _in_a_new_process(probe: str) -> None:
+    """Run ``probe`` (Python source whose asserts are the checks) in a fresh interpreter."""
     done = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
     )

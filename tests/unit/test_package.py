@@ -1,13 +1,11 @@
 """The package's public names are imported on first use (PEP 562): each resolves to its
-module's object, the type checkers' imports say the same, and a process that only asks
-the command line for help imports neither SQLAlchemy nor pyarrow."""
+module's object, and the type checkers' imports say the same (what a process that only
+asks the command line for help imports: tests/unit/test_architecture.py)."""
 
 from __future__ import annotations
 
 import ast
 import importlib
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,6 @@ import pytest
 import reventless as rv
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("sqlalchemy", "pyarrow", "numpy", "sqlglot")
 
 
 def _type_checking_imports() -> dict[str, str]:
@@ -53,29 +50,3 @@ def test_submodules_are_attributes_and_unknown_names_are_attribute_errors() -> N
     for name in ("no_such_thing", "_private", "NoSuchName"):
         with pytest.raises(AttributeError, match=name):
             getattr(rv, name)
-
-
-def test_help_and_usage_errors_import_no_store() -> None:
-    """``reventless --help``, a command's help and a usage error (what a shell completion
-    and a typo run) leave SQLAlchemy, pyarrow and numpy unimported; ``import reventless``
-    alone imports none of them either."""
-    probe = (
-        "import sys, contextlib, io\n"
-        f"heavy = {HEAVY!r}\n"
-        "import reventless\n"
-        "assert not [m for m in heavy if m in sys.modules], 'import reventless'\n"
-        "from reventless.cli import main\n"
-        "for args in (['--help'], ['tail', '--help'], ['status', '--help'], ['tail']):\n"
-        "    with contextlib.redirect_stdout(io.StringIO()), "
-        "contextlib.redirect_stderr(io.StringIO()):\n"
-        "        code = main(args)\n"
-        "    assert code in (0, 2), (args, code)\n"
-        "    loaded = [m for m in heavy if m in sys.modules]\n"
-        "    assert not loaded, (args, loaded)\n"
-        "reventless.App\n"
-        "assert 'sqlalchemy' in sys.modules and 'pyarrow' in sys.modules\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
