@@ -230,7 +230,11 @@ def __getattr__(name: str) -> object:
         value: object = getattr(importlib.import_module(home, __name__), name)
         globals()[name] = value
         return value
-    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+    if (
+        name.isidentifier()
+        and not name.startswith("_")
+        and importlib.util.find_spec(f"{__name__}.{name}") is not None
+    ):
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
