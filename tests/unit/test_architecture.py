@@ -20,10 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("reventless", "reventless_nats", "reventless_aws")
 #: Calls that run SQL on a SQLAlchemy connection or a DBAPI cursor (``execute`` only on a
 #: connection or cursor: ``EventLog.execute`` runs commands).
-#: What a process that does not open a store should not import.
-HEAVY = ("sqlalchemy", "pyarrow", "numpy", "sqlglot")
 SQL_CALLS = {"exec_driver_sql", "executemany", "insert_ignore", "copy"}
 CONNECTIONS = {"conn", "connection", "cur", "cursor"}
+#: What a process that does not open a store should not import.
+HEAVY = ("sqlalchemy", "pyarrow", "numpy", "sqlglot")
 
 
 def _cycles(graph: grimp.ImportGraph, package: str) -> list[list[str]]:
@@ -132,8 +132,8 @@ def test_importing_the_package_leaves_what_only_some_processes_need() -> None:
 
 def test_help_and_usage_errors_import_no_store() -> None:
     """``reventless --help``, a command's help and a usage error (what a shell completion
-    and a typo run) leave SQLAlchemy, pyarrow and numpy unimported; ``import reventless``
-    alone imports none of them either."""
+    and a typo run) leave SQLAlchemy, pyarrow, numpy and sqlglot (``HEAVY``) unimported;
+    ``import reventless`` alone imports none of them either."""
     probe = (
         "import sys, contextlib, io\n"
         f"heavy = {HEAVY!r}\n"
