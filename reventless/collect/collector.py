@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -70,6 +72,16 @@ LogResolver = Callable[[type[Aggregate] | str], EventLog[Any]]
 State = Literal["running", "paused", "resnapshot_required"]
 
 
+@dataclass(slots=True)
+class _Landing:
+    """A catch-up page's commit in flight (``Collector.pipelined``): the checkpoint it
+    moves to and the events it covers."""
+
+    task: asyncio.Future[bool]
+    checkpoint: int
+    count: int = 0
+
+
 class Collector:
     """A running component: a named durable subscription with a checkpoint per topic
     partition (a static or leased group shares partitions: see ``CollectorOptions``).
@@ -79,6 +91,12 @@ class Collector:
     move the checkpoint. A partition whose checkpoint retention overtook (events after it
     were deleted unprocessed) stops in ``resnapshot_required`` instead of skipping them.
     """
+
+    #: Whether a catch-up handles a page while the commit of the page before it is in
+    #: flight (``_catch_up``): for kinds whose handling reads nothing that commit writes
+    #: (side effects and mappers: a checkpoint, dead letters, schedules). A read model
+    #: reads its rows in its page's transaction, so its pages commit one by one.
+    pipelined = False
 
     def __init__(
         self,
@@ -111,8 +129,13 @@ class Collector:
         if opts.group == "leased":
             self.owned = {n: [] for n in self.topics}
             self.lease = LeasedGroup(self, opts)
-        #: Last processed offset per (topic, partition).
+        #: Last processed offset per (topic, partition), as committed.
         self.checkpoints: dict[Part, int] = {}
+        #: Partitions whose catch-up runs now, its pages' commits a page behind (only
+        #: ``pipelined`` kinds), and per partition the commit in flight: it lands
+        #: (``_land``) before the next one starts, and moves ``checkpoints`` then.
+        self._overlapped: set[Part] = set()
+        self._landing: dict[Part, _Landing] = {}
         self.filters = dict(filters or {})
         #: Partitions stopped because retention deleted events past their checkpoint,
         #: with the retained horizon (the last deleted offset).
@@ -410,19 +433,29 @@ class Collector:
         (reader thread or connection): reading overlaps handling instead of adding to it.
         A topic of one partition read whole has gapless offsets, so the page after that
         is known too and read at the same time (two reader threads). A page read ahead is
-        used only if the checkpoint ends where it starts."""
+        used only if the checkpoint ends where it starts.
+
+        A ``pipelined`` kind handles a page while the page before it commits (its
+        checkpoint moves as that commit lands, in page order): the commit's round trip
+        or fsync overlaps handling too. A commit that fails surfaces at the next one,
+        after that page was handled: its events come again (at least once, as for any
+        failed commit)."""
         topic = key[0]
         size = self.options.page_size
         # one partition, read whole: its offsets are gapless past the retention horizon
         contiguous = self.topics[topic].partitions == 1 and topic not in self.filters
         depth = 2 if contiguous else 1
         ahead: dict[int, asyncio.Task[tuple[Page, int]]] = {}
+        if self.pipelined and self.store.collectors.overlap_commits:
+            self._overlapped.add(key)
         try:
             while key not in self.resnapshot_required:
+                if self.paused and key in self._landing:
+                    await self._land(key)  # nothing in flight while the lock is let go
                 await self._wait_running()
                 if key not in self.checkpoints:
                     return  # a leased partition this member lost meanwhile
-                cp = self.checkpoints[key]
+                cp = self._position(key)
                 if upto is not None and cp >= upto:
                     return
                 task = ahead.pop(cp + 1, None)
@@ -448,8 +481,11 @@ class Collector:
                     return
                 await self._process_rows(key, [rows], through=through)
         finally:
+            self._overlapped.discard(key)
             for task in ahead.values():
                 await _drop(task)
+            if key in self._landing:
+                await self._land_last(key)
 
     async def _read_page(self, key: Part, start: int, upto: int | None) -> tuple[Page, int]:
         """A page of partition ``key`` from offset ``start`` that this collector reads (its
@@ -548,7 +584,7 @@ class Collector:
         chunk: Page = next(chunks, [])
         following = next(chunks, None)
         while key in self.checkpoints:  # not a leased partition lost meanwhile
-            cp = self.checkpoints[key]
+            cp = self._position(key)
             if len(chunk) and first_offset(chunk) <= cp:  # a moved checkpoint covers some
                 chunk = after(chunk, cp)
             end = last_offset(chunk) if len(chunk) else cp
@@ -564,11 +600,57 @@ class Collector:
                     if not self._adopt(key, moved):
                         raise
                     continue  # this page again, without what the stored checkpoint covers
-                self.checkpoints[key] = end
-                self.processed += len(chunk)
+                landing = self._landing.get(key)
+                if landing is not None and landing.checkpoint == end:
+                    landing.count = len(chunk)  # counted as it lands
+                else:
+                    self.checkpoints[key] = end
+                    self.processed += len(chunk)
             if following is None:
                 return
             chunk, following = following, next(chunks, None)
+
+    def _position(self, key: Part) -> int:
+        """The offset partition ``key`` is handled through: its checkpoint, or the one a
+        commit in flight moves it to."""
+        landing = self._landing.get(key)
+        return self.checkpoints[key] if landing is None else landing.checkpoint
+
+    async def _land(self, key: Part) -> None:
+        """Wait for partition ``key``'s commit in flight and move its checkpoint (its
+        failure is raised here). A commit refused because the stored checkpoint is
+        already the one it moves to had landed before, its answer lost: it counts as
+        landed, and the page handled behind it commits next instead of coming again."""
+        landing = self._landing.pop(key)
+        try:
+            await landing.task
+        except CheckpointMovedError as moved:
+            if moved.stored != landing.checkpoint:
+                raise
+        if key in self.checkpoints:
+            self.checkpoints[key] = landing.checkpoint
+            self.processed += landing.count
+
+    async def _land_last(self, key: Part) -> None:
+        """``_land`` at the end of a catch-up. An earlier commit that landed although its
+        answer was lost is adopted (the poll goes on from there); a failure while the
+        catch-up already fails is logged, and the catch-up's own error goes on."""
+        failing = sys.exc_info()[1] is not None
+        try:
+            await self._land(key)
+        except CheckpointMovedError as moved:
+            if not self._adopt(key, moved) and not failing:
+                raise
+        except Exception as exc:
+            if not failing:
+                raise
+            log.warning(
+                "collector %s: a commit of %s/%d failed as well: %s",
+                self.name,
+                *key,
+                exc,
+                extra=telemetry.fields(self.name, topic=key[0], partition=key[1]),
+            )
 
     def _adopt(self, key: Part, moved: CheckpointMovedError) -> bool:
         """Go on from the stored checkpoint (True if it is past this member's): a batch's
@@ -666,6 +748,26 @@ class Collector:
         leave it) in one transaction. False when ``apply`` left the batch (nothing
         written)."""
         part = (topic, partition)
+        if part in self._landing:  # a partition's commits land in order
+            await self._land(part)
+        if checkpoint is not None and rows is None and part in self._overlapped:
+            task = asyncio.ensure_future(
+                self._commit(part, checkpoint, failed, None, None, schedules)
+            )
+            self._landing[part] = _Landing(task, checkpoint)
+            return True
+        return await self._commit(part, checkpoint, failed, rows, apply, schedules)
+
+    async def _commit(
+        self,
+        part: Part,
+        checkpoint: int | None,
+        failed: Sequence[tuple[Envelope[Any], str, int]],
+        rows: RowTable | None,
+        apply: Apply | None,
+        schedules: Sequence[ScheduleWrite],
+    ) -> bool:
+        topic, partition = part
         fence = self.fence(part)
         progress = (
             None

@@ -219,6 +219,7 @@ class _RetryingCollector(Collector):
     #: Whether ``handle`` is just the handler's call and its schedules (side effects): the
     #: first attempt then calls the handler directly (in ``process``).
     direct = False
+    pipelined = True
 
     async def process(
         self, topic: str, partition: int, envs: list[Envelope[Any]], checkpoint: int

@@ -86,6 +86,13 @@ Apply = Callable[[RowWriter], Sequence[Failure] | None]
 class CollectorStore(Protocol):
     """The collector side of a store (``SqlCollectorStore`` implements it)."""
 
+    @property
+    def overlap_commits(self) -> bool:
+        """Whether a catch-up handles its next page while a page's checkpoint commit is
+        in flight (``Collector.pipelined``): where that commit waits off the event
+        loop's thread, so the wait can overlap handling."""
+        ...
+
     async def load(self, component: str) -> tuple[dict[Part, int], Parked]:
         """Every checkpoint of ``component`` and its parked aggregates (one snapshot)."""
         ...
@@ -131,6 +138,15 @@ class SqlCollectorStore:
         self.db = db
         #: Called (on the event loop) after a batch that wrote schedules committed.
         self.on_schedules = on_schedules
+
+    @property
+    def overlap_commits(self) -> bool:
+        """True on PostgreSQL, where a commit is a round trip to the server. Not on
+        SQLite: a checkpoint commit runs on the loop's thread when the loop has nothing
+        else to do, and a hop to the writer thread while the loop handles a page costs
+        the loop more than the fsync it would overlap (the two threads trade the GIL:
+        ad hoc, a per-event catch-up of 300,000 events took 3.4 s instead of 2.9 s)."""
+        return not self.db.is_sqlite
 
     # The statements depend on the driver's quoting and parameter style, known once the
     # database is open: built at first use.
