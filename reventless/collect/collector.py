@@ -435,7 +435,8 @@ class Collector:
         is known too and read at the same time (two reader threads). A page read ahead is
         used only if the checkpoint ends where it starts.
 
-        A ``pipelined`` kind handles a page while the page before it commits (its
+        A ``pipelined`` kind, where commits overlap (``CollectorOptions.overlap_commits``,
+        by default the store's), handles a page while the page before it commits (its
         checkpoint moves as that commit lands, in page order): the commit's round trip
         or fsync overlaps handling too. A commit that fails surfaces at the next one,
         after that page was handled: its events come again (at least once, as for any
@@ -446,7 +447,10 @@ class Collector:
         contiguous = self.topics[topic].partitions == 1 and topic not in self.filters
         depth = 2 if contiguous else 1
         ahead: dict[int, asyncio.Task[tuple[Page, int]]] = {}
-        if self.pipelined and self.store.collectors.overlap_commits:
+        overlap = self.options.overlap_commits
+        if overlap is None:
+            overlap = self.store.collectors.overlap_commits
+        if self.pipelined and overlap:
             self._overlapped.add(key)
         try:
             while key not in self.resnapshot_required:

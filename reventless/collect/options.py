@@ -12,7 +12,10 @@ from ..errors import SpecError
 class CollectorOptions:
     """``page_size``: events per catch-up transaction; ``poll_interval``: seconds between
     store polls (the safety net when the broker is down); ``grace``: how long a wake-up
-    waits for live delivery before reading the store.
+    waits for live delivery before reading the store; ``overlap_commits``: whether a
+    catch-up of side effects or mappers handles its next page while a page's commit is
+    in flight (None: as the store says, ``CollectorStore.overlap_commits``: PostgreSQL
+    yes, SQLite no; True may pay on SQLite where handlers wait on I/O rather than CPU).
 
     Several processes can run one collector as a group that shares each topic by
     partition, so each aggregate is handled by one member, in order:
@@ -40,6 +43,7 @@ class CollectorOptions:
     lease_ttl: float = 10.0
     heartbeat: float | None = None
     worker: str | None = None
+    overlap_commits: bool | None = None
 
     def __post_init__(self) -> None:
         if self.group not in ("static", "leased"):

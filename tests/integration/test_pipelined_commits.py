@@ -4,8 +4,9 @@
 and go on with the next page; that commit lands before the next one starts, and only
 then does the in-memory checkpoint move. PostgreSQL's collector store asks for it
 (``CollectorStore.overlap_commits``), SQLite's does not (there a checkpoint commit runs
-on the loop's thread). ``Overlapping`` makes any store ask for it, so the collector's
-side runs on every store kind, and lets a test hold, fail or lose one commit.
+on the loop's thread), and ``CollectorOptions.overlap_commits`` overrides the store.
+``Overlapping`` makes any store ask for it, so the collector's side runs on every store
+kind, and lets a test hold, fail or lose one commit.
 
 Proved by reading the store: the commits land in page order, each from where the one
 before it ended; the overlap is real (a page's commit is held until the next page's
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -44,6 +46,8 @@ class Overlapping:
         self.hold: dict[int, asyncio.Event] = {}
         self.fail: set[int] = set()
         self.lose: set[int] = set()
+        #: Called as each checkpoint commit starts.
+        self.on_start: Callable[[], None] = lambda: None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -51,6 +55,7 @@ class Overlapping:
     async def commit(self, component: str, progress: Progress | None, **kw: Any) -> bool:
         if progress is None:
             return await self.inner.commit(component, progress, **kw)
+        self.on_start()
         gate = self.hold.pop(progress.offset, None)
         if gate is not None:
             await gate.wait()
@@ -65,14 +70,16 @@ class Overlapping:
         return done
 
 
-def _app(url: str) -> tuple[rv.App, list[int]]:
+def _app(url: str, overlap: bool | None = None) -> tuple[rv.App, list[int]]:
     """An App whose side effect records the offset of every ``Incremented`` it handles.
     Its broker hears nothing of what ``_append`` writes: its collector catches up from
     the store alone, in pages of ``PAGE`` from the checkpoint."""
     app = rv.App(
         store=url,
         options=rv.AppOptions(
-            collector=rv.CollectorOptions(page_size=PAGE, poll_interval=0.05, grace=0.0)
+            collector=rv.CollectorOptions(
+                page_size=PAGE, poll_interval=0.05, grace=0.0, overlap_commits=overlap
+            )
         ),
     )
     app.event_log(Counter)
@@ -158,3 +165,22 @@ async def test_sqlite_commits_one_page_at_a_time_and_postgres_overlaps(any_url: 
     app, _ = _app(any_url)
     async with app:
         assert app.store.collectors.overlap_commits is any_url.startswith("postgresql")
+
+
+async def test_the_collector_option_overrides_the_store(shared_url: str) -> None:
+    """``overlap_commits=False`` on a store that overlaps: each page's commit starts
+    before any event of the next page is handled, and each lands before the next."""
+    app, seen = _app(shared_url, overlap=False)
+    async with app:
+        effects = app.collector("effects")
+        store = Overlapping(app.store.collectors)
+        app.store.collectors = store  # type: ignore[misc]
+        started: list[int] = []
+        store.on_start = lambda: started.append(max(seen, default=0))
+        effects.pause()
+        await _append(shared_url)
+        effects.resume()
+        await app.settle(timeout=30)
+        assert started == list(range(PAGE, EVENTS + 1, PAGE))
+        assert store.landed == [(p, p - PAGE) for p in range(PAGE, EVENTS + 1, PAGE)]
+        assert collections.Counter(seen) == dict.fromkeys(range(1, EVENTS + 1), 1)
