@@ -18,7 +18,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import Any, Protocol
@@ -138,10 +138,15 @@ class SqlCollectorStore:
         self.db = db
         #: Called (on the event loop) after a batch that wrote schedules committed.
         self.on_schedules = on_schedules
+        #: PostgreSQL: one write statement of its own from the event loop, through libpq
+        #: (``AsyncAppender.write_first_column``; set by the store as it opens): a
+        #: checkpoint-only commit then needs no hop to the writer thread and back.
+        self.lean_write: Callable[[str, Sequence[Any]], Awaitable[list[bytes | None]]] | None = None
 
     @property
     def overlap_commits(self) -> bool:
-        """True on PostgreSQL, where a commit is a round trip to the server. Not on
+        """True on PostgreSQL, where a checkpoint-only commit is a statement sent from the
+        event loop (``lean_write``), whose answer comes while the loop works on. Not on
         SQLite: a checkpoint commit runs on the loop's thread when the loop has nothing
         else to do, and a hop to the writer thread while the loop handles a page costs
         the loop more than the fsync it would overlap (the two threads trade the GIL:
@@ -165,6 +170,11 @@ class SqlCollectorStore:
         """``_checkpoint_sql`` only where the stored checkpoint is not past ``after``."""
         q = self.db.q
         return f"{self._checkpoint_sql} WHERE rv_checkpoints.{q('offset')} <= {self.db.mark}"
+
+    @cached_property
+    def _advance_returning_sql(self) -> str:
+        """``_advance_sql`` returning the row it wrote (none: the stored one is past)."""
+        return f"{self._advance_sql} RETURNING {self.db.q('offset')}"
 
     @cached_property
     def _dead_letter_sql(self) -> str:
@@ -243,6 +253,8 @@ class SqlCollectorStore:
             advance = partial(self._advance, component, progress)
             if self.db.is_sqlite and loop_is_alone() and self.db.try_inline_write():
                 self.db.write_raw_sync(advance, locked=True)
+            elif self.lean_write is not None:
+                await self._advance_lean(self.lean_write, component, progress)
             else:
                 await self.db.write_statement(advance)
             return True
@@ -298,6 +310,31 @@ class SqlCollectorStore:
             (component, p.topic, p.partition),
         ).fetchone()
         moved_to = int(stored[0]) if stored else 0
+        raise CheckpointMovedError(component, p.topic, p.partition, moved_to)
+
+    async def _advance_lean(
+        self,
+        write: Callable[[str, Sequence[Any]], Awaitable[list[bytes | None]]],
+        component: str,
+        progress: Progress,
+    ) -> None:
+        """``_advance`` as statements of their own from the event loop (PostgreSQL): the
+        conditional one returns the row it wrote, so a moved checkpoint costs a second
+        statement only when it moved."""
+        p = progress
+        row = (component, p.topic, p.partition, p.offset)
+        if p.after is None:
+            await write(self._checkpoint_sql, row)
+            return
+        if await write(self._advance_returning_sql, (*row, p.after)):
+            return
+        q, m = self.db.q, self.db.mark
+        stored = await write(
+            f"SELECT {q('offset')} FROM rv_checkpoints WHERE component = {m} AND topic = {m} "
+            f"AND {q('partition')} = {m}",
+            (component, p.topic, p.partition),
+        )
+        moved_to = int(stored[0]) if stored and stored[0] is not None else 0
         raise CheckpointMovedError(component, p.topic, p.partition, moved_to)
 
     def _fence_sync(self, conn: Connection, component: str, part: Part, fence: Fence) -> None:

@@ -185,6 +185,19 @@ class AsyncAppender:
         async with self._reading:
             return await self._bounded(rows, reading=True)
 
+    async def write_first_column(self, sql: str, params: Sequence[Any]) -> list[bytes | None]:
+        """One write statement (psycopg's ``%s`` placeholders), its own transaction,
+        through libpq from the event loop; the first column of its rows as text. One at a
+        time on the connection; bounded by the store's ``timeout``, a lost connection a
+        ``StoreError`` (the statement may or may not have committed)."""
+
+        async def first(_: Any) -> list[bytes | None]:
+            assert self._lean is not None
+            return await self._lean.first_column(sql, params)
+
+        async with self._reading:
+            return await self._bounded(first)
+
     @property
     def reading(self) -> bool:
         """Whether a ``read_typed`` runs (the others wait for it: one statement at a time

@@ -124,6 +124,8 @@ class SqlEventStore:
         self._async: AsyncAppender | None = None
         #: PostgreSQL's command-id lookups and loads (``CommandLookup.read_rows``).
         self._looker: AsyncAppender | None = None
+        #: PostgreSQL's checkpoint-only collector commits (``SqlCollectorStore.lean_write``).
+        self._committer: AsyncAppender | None = None
         #: Conditional appends and appends to DCB logs (``dcb.py``).
         self._dcb = DcbAppends(db, lambda topic: self._entry(topic).info, self._appender, None)
         #: Commits signalled so far (own appends, NOTIFYs): see ``wait_for_change``.
@@ -202,6 +204,10 @@ class SqlEventStore:
             # small to the planner, which would then scan it whole for a batch of ids).
             self._looker = appender("SET enable_seqscan = off")
             self._commands.read_rows = self._looker.read_typed
+            # collectors' checkpoint-only commits, from the event loop on a connection of
+            # their own (opened at the first): a catch-up handles its next page meanwhile
+            self._committer = appender()
+            self.collectors.lean_write = self._committer.write_first_column
             self._dcb = DcbAppends(
                 self.db, lambda topic: self._entry(topic).info, self._appender, appender
             )
@@ -256,6 +262,10 @@ class SqlEventStore:
             self._commands.read_rows = None
             await self._looker.close()
             self._looker = None
+        if self._committer is not None:
+            self.collectors.lean_write = None
+            await self._committer.close()
+            self._committer = None
         await self._dcb.close()
         await asyncio.to_thread(self._arrow.close)  # (waits for helper processes to exit)
         await self.db.close()
