@@ -31,10 +31,10 @@ import reventless as rv
 from reventless.collect.collector import Collector
 
 from .blocks import put_block
-from .core import _app, warm_helpers
+from .core import _app, count_catch_up, warm_helpers
 from .pgserver import PgServer
-from .specs import Counter, Incremented
-from .workloads import Where, rv_preload
+from .specs import Counter
+from .workloads import Where, check, rv_preload
 
 PER = 100
 
@@ -71,7 +71,7 @@ async def _fill(where: Where, aggs: int) -> None:
 
 
 async def _catch_up(
-    where: Where, name: str, batch: bool, overlap: bool
+    where: Where, name: str, batch: bool, overlap: bool, events: int
 ) -> tuple[float, float, float]:
     """A fresh collector ``name`` catching up the whole log: (events/s, seconds waited in
     commits, CPU seconds of this process)."""
@@ -80,32 +80,13 @@ async def _catch_up(
         broker="memory://",
         options=rv.AppOptions(collector=rv.CollectorOptions(overlap_commits=overlap)),
     )
-    app.event_log(Counter)
-    effects = rv.SideEffectHandler(name)
-    seen = [0]
-    if batch:
-
-        @effects.on_batch(Incremented)
-        async def _batch(b: rv.EventBatch[Incremented]) -> None:
-            seen[0] += len(b)
-
-    else:
-
-        @effects.on(Incremented)
-        async def _one(ev: rv.Envelope[Incremented]) -> None:
-            seen[0] += 1
-
-    app.collect(effects)
     waits = _Waits()
     with waits.counting():
-        t0, c0 = time.perf_counter(), time.process_time()
-        await app.start()
-        try:
-            await app.settle(timeout=600)
-            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-        finally:
-            await app.stop()
-    return seen[0] / dt, waits.seconds, cpu
+        c0 = time.process_time()
+        seen, dt = await count_catch_up(app, name, batch=batch)
+        cpu = time.process_time() - c0
+    check(seen == events, "a catch-up that counted every event")
+    return seen / dt, waits.seconds, cpu
 
 
 def _url(where: Where) -> str:
@@ -133,7 +114,8 @@ def _store_rows(store: str, where: Where, events: int, rounds: int) -> list[str]
             order = (True, False) if r % 2 == 0 else (False, True)
             for overlap in order:
                 k += 1
-                rate, waited, cpu = asyncio.run(_catch_up(where, f"co{k}", batch, overlap))
+                run = _catch_up(where, f"co{k}", batch, overlap, aggs * PER)
+                rate, waited, cpu = asyncio.run(run)
                 got.setdefault((batch, overlap), []).append((rate, waited, cpu))
                 print(
                     f"round {r + 1}/{rounds} {store} {'batch' if batch else 'event'} "
