@@ -75,11 +75,8 @@ async def _catch_up(
 ) -> tuple[float, float, float]:
     """A fresh collector ``name`` catching up the whole log: (events/s, seconds waited in
     commits, CPU seconds of this process)."""
-    app = rv.App(
-        store=_url(where),
-        broker="memory://",
-        options=rv.AppOptions(collector=rv.CollectorOptions(overlap_commits=overlap)),
-    )
+    options = rv.AppOptions(collector=rv.CollectorOptions(overlap_commits=overlap))
+    app = _app(where, options=options)
     waits = _Waits()
     with waits.counting():
         c0 = time.process_time()
@@ -87,12 +84,6 @@ async def _catch_up(
         cpu = time.process_time() - c0
     check(seen == events, "a catch-up that counted every event")
     return seen / dt, waits.seconds, cpu
-
-
-def _url(where: Where) -> str:
-    if isinstance(where, Path):
-        return f"sqlite:///{where / 'rv.db'}?synchronous=FULL"
-    return where.url
 
 
 async def _warm(where: Where) -> None:

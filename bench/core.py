@@ -75,11 +75,11 @@ class Tallies(rv.Aggregate):
         self.value += e.by
 
 
-def _app(where: Where, synchronous: str = "FULL") -> rv.App:
+def _app(where: Where, synchronous: str = "FULL", options: rv.AppOptions | None = None) -> rv.App:
     store = where.url if isinstance(where, PgDb) else f"sqlite:///{where / 'rv.db'}"
     if not isinstance(where, PgDb):
         store += f"?synchronous={synchronous}"
-    return rv.App(store=store, broker="memory://")
+    return rv.App(store=store, broker="memory://", options=options)
 
 
 def _raw(where: Where, synchronous: str = "FULL") -> Any:

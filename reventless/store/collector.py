@@ -81,6 +81,9 @@ class Failure:
 #: Runs a batch's handlers inside the commit (on the store's writer thread): returns the
 #: failures to record, or None to leave the batch (nothing is written, ``commit`` is False).
 Apply = Callable[[RowWriter], Sequence[Failure] | None]
+#: One write statement of its own and the first column of its rows as text
+#: (``AsyncAppender.write_first_column``).
+LeanWrite = Callable[[str, Sequence[Any]], Awaitable[list[bytes | None]]]
 
 
 class CollectorStore(Protocol):
@@ -141,7 +144,7 @@ class SqlCollectorStore:
         #: PostgreSQL: one write statement of its own from the event loop, through libpq
         #: (``AsyncAppender.write_first_column``; set by the store as it opens): a
         #: checkpoint-only commit then needs no hop to the writer thread and back.
-        self.lean_write: Callable[[str, Sequence[Any]], Awaitable[list[bytes | None]]] | None = None
+        self.lean_write: LeanWrite | None = None
 
     @property
     def overlap_commits(self) -> bool:
@@ -149,8 +152,9 @@ class SqlCollectorStore:
         event loop (``lean_write``), whose answer comes while the loop works on. Not on
         SQLite: a checkpoint commit runs on the loop's thread when the loop has nothing
         else to do, and a hop to the writer thread while the loop handles a page costs
-        the loop more than the fsync it would overlap (the two threads trade the GIL:
-        ad hoc, a per-event catch-up of 300,000 events took 3.4 s instead of 2.9 s)."""
+        the loop more than the fsync it would overlap (the two threads trade the GIL: a
+        per-event catch-up ran at 0.85-1.03x with it, BENCHMARKS.md "Commits behind
+        handling")."""
         return not self.db.is_sqlite
 
     # The statements depend on the driver's quoting and parameter style, known once the
@@ -170,6 +174,15 @@ class SqlCollectorStore:
         """``_checkpoint_sql`` only where the stored checkpoint is not past ``after``."""
         q = self.db.q
         return f"{self._checkpoint_sql} WHERE rv_checkpoints.{q('offset')} <= {self.db.mark}"
+
+    @cached_property
+    def _stored_sql(self) -> str:
+        """One partition's stored checkpoint (component, topic, partition)."""
+        q, m = self.db.q, self.db.mark
+        return (
+            f"SELECT {q('offset')} FROM rv_checkpoints WHERE component = {m} AND topic = {m} "
+            f"AND {q('partition')} = {m}"
+        )
 
     @cached_property
     def _advance_returning_sql(self) -> str:
@@ -205,12 +218,7 @@ class SqlCollectorStore:
 
     async def load_partition(self, component: str, part: Part) -> tuple[int, Parked]:
         def work(conn: Connection) -> tuple[int, Parked]:
-            q, m = self.db.q, self.db.mark
-            sql = (
-                f"SELECT {q('offset')} FROM rv_checkpoints WHERE component = {m} "
-                f"AND topic = {m} AND {q('partition')} = {m}"
-            )
-            cp = conn.exec_driver_sql(sql, (component, *part)).scalar()
+            cp = conn.exec_driver_sql(self._stored_sql, (component, *part)).scalar()
             return int(cp or 0), self._parked_sync(conn, component)
 
         return await self.db.read(work)
@@ -303,21 +311,11 @@ class SqlCollectorStore:
             return
         if cur.execute(self._advance_sql, (*row, p.after)).rowcount == 1:
             return
-        q, m = self.db.q, self.db.mark
-        stored = cur.execute(
-            f"SELECT {q('offset')} FROM rv_checkpoints WHERE component = {m} AND topic = {m} "
-            f"AND {q('partition')} = {m}",
-            (component, p.topic, p.partition),
-        ).fetchone()
+        stored = cur.execute(self._stored_sql, (component, p.topic, p.partition)).fetchone()
         moved_to = int(stored[0]) if stored else 0
         raise CheckpointMovedError(component, p.topic, p.partition, moved_to)
 
-    async def _advance_lean(
-        self,
-        write: Callable[[str, Sequence[Any]], Awaitable[list[bytes | None]]],
-        component: str,
-        progress: Progress,
-    ) -> None:
+    async def _advance_lean(self, write: LeanWrite, component: str, progress: Progress) -> None:
         """``_advance`` as statements of their own from the event loop (PostgreSQL): the
         conditional one returns the row it wrote, so a moved checkpoint costs a second
         statement only when it moved."""
@@ -328,12 +326,7 @@ class SqlCollectorStore:
             return
         if await write(self._advance_returning_sql, (*row, p.after)):
             return
-        q, m = self.db.q, self.db.mark
-        stored = await write(
-            f"SELECT {q('offset')} FROM rv_checkpoints WHERE component = {m} AND topic = {m} "
-            f"AND {q('partition')} = {m}",
-            (component, p.topic, p.partition),
-        )
+        stored = await write(self._stored_sql, (component, p.topic, p.partition))
         moved_to = int(stored[0]) if stored and stored[0] is not None else 0
         raise CheckpointMovedError(component, p.topic, p.partition, moved_to)
 
