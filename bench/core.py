@@ -433,13 +433,30 @@ async def count_catch_up(
         await app.stop()
 
 
+async def _preload_interleaved(log: rv.EventLog[Counter], aggs: int, per: int) -> None:
+    """``aggs`` aggregates of ``per`` events each, round-robin: one event of each
+    aggregate in turn, as a log of many independent commands holds them (every page of a
+    catch-up then holds events of as many aggregates as it has events, up to ``aggs``)."""
+    event = [Incremented(by=1)]
+    for v in range(per):
+        await log.append_many((f"cu-{i}", event, v) for i in range(aggs))
+
+
 async def _rv_catchup_count(
-    where: Where, aggs: int, per: int, batch: bool = False, columns: list[str] | None = None
+    where: Where,
+    aggs: int,
+    per: int,
+    batch: bool = False,
+    columns: list[str] | None = None,
+    interleaved: bool = False,
 ) -> float:
     pre = _app(where)
     log = pre.event_log(Counter)
     async with pre:
-        await rv_preload(log, "cu", aggs, per)
+        if interleaved:
+            await _preload_interleaved(log, aggs, per)
+        else:
+            await rv_preload(log, "cu", aggs, per)
     seen, dt = await count_catch_up(_app(where), batch=batch, columns=columns)
     check(seen == aggs * per, "reventless counting catch-up")
     return aggs * per / dt
@@ -454,14 +471,15 @@ def _raw_catchup_rows(where: Where, aggs: int, per: int) -> float:
     return _raw_catchup(where, aggs, per)
 
 
-def _raw_catchup_count(where: Where, aggs: int, per: int, page: int = 2000) -> float:
+def _raw_catchup_count(
+    where: Where, aggs: int, per: int, page: int = 2000, interleaved: bool = False
+) -> float:
     """Read pages and commit the checkpoint after each: the floor of a durable handler."""
     con = _raw(where)
-    _tx(
-        con,
-        where,
-        [(f"cu-{i}", v, "Incremented", RAW_DATA) for i in range(aggs) for v in range(1, per + 1)],
-    )
+    rows = [(f"cu-{i}", v, "Incremented", RAW_DATA) for i in range(aggs) for v in range(1, per + 1)]
+    if interleaved:  # one event of each aggregate in turn
+        rows.sort(key=lambda r: r[1])
+    _tx(con, where, rows)
     con.close()
     pg = isinstance(where, PgDb)
     mark = "%s" if pg else "?"
@@ -780,6 +798,20 @@ def rows(quick: bool, pg: bool) -> list[Row]:
             {
                 "reventless": arun(_rv_catchup_count, ca, cp),
                 "raw": lambda p: _raw_catchup_count(p, ca, cp),
+            },
+            ">= 70% raw",
+            None,
+            0.70,
+        ),
+        Row(
+            "catchup_inter",
+            f"the same, the {ca:,} aggregates' events interleaved (one of each in turn)",
+            "events/s",
+            {
+                "reventless": lambda p: float(
+                    asyncio.run(_rv_catchup_count(p, ca, cp, interleaved=True))
+                ),
+                "raw": lambda p: _raw_catchup_count(p, ca, cp, interleaved=True),
             },
             ">= 70% raw",
             None,

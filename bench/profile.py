@@ -101,17 +101,18 @@ async def catch_up(
     path: Path, prof: cProfile.Profile | None, how: str = "handler"
 ) -> tuple[int, float]:
     """A fresh collector over 50,000 events: ``handler`` (counting, per event), ``batch``
-    (counting, ``on_batch``) or ``fold`` (a ``ColumnUpserts`` read model)."""
+    (counting, ``on_batch``), ``upsert`` (a read model, a row upserted per event) or
+    ``fold`` (the same read model as ``ColumnUpserts``)."""
     pre = _app(path)
     log = pre.event_log(Counter)
     async with pre:
         await rv_preload(log, "cu", 500, 100)
     start, stop = _timed(prof)
     start()
-    if how == "fold":
+    if how in ("fold", "upsert"):
         app = _app(path)
         app.event_log(Counter)
-        app.collect(VIEWS["fold"])
+        app.collect(VIEWS["fold" if how == "fold" else "handler"])
         async with app:
             await app.settle(timeout=600)
         return 500 * 100, stop()
@@ -134,6 +135,10 @@ WORKLOADS: dict[str, tuple[str, Work]] = {
     "catch_up_batch": (
         "collector catch-up, counting batch handler (`on_batch`, per event)",
         partial(catch_up, how="batch"),
+    ),
+    "catch_up_upsert": (
+        "read-model catch-up, a row upserted per event (per event)",
+        partial(catch_up, how="upsert"),
     ),
     "catch_up_fold": (
         "read-model catch-up, `ColumnUpserts` (per event)",

@@ -224,17 +224,18 @@ class _RetryingCollector(Collector):
     async def process(
         self, topic: str, partition: int, envs: list[Envelope[Any]], checkpoint: int
     ) -> None:
-        # Per-aggregate order is kept; different aggregates are handled concurrently,
-        # so the commands they cause share group commits.
+        """Handle a page's events and commit them with the checkpoint; each aggregate's
+        events in their order. The events are handled on this task, in page order, for as
+        long as no handler waits: a handler that returns without waiting needs no task or
+        coroutine of ours (a task per aggregate cost more than a counting handler, and a
+        log of many independent commands has a new aggregate at almost every event). At
+        the first turn of the event loop, which only a handler that waits lets come (I/O,
+        a retry's back-off, a command's group commit), the events after the waiting one
+        go to tasks, one per aggregate, and run concurrently: handlers that wait overlap,
+        and the commands they send share group commits. The waiting event's aggregate
+        goes on here once it is done."""
         failed: Failed = []
         scheduled: list[tuple[int, list[ScheduleWrite]]] = []
-        parts: dict[str | None, list[Envelope[Any]]] = {}
-        for ev in envs:  # (not setdefault: no empty list made per event)
-            part = parts.get(ev.aggregate_id)
-            if part is None:
-                parts[ev.aggregate_id] = [ev]
-            else:
-                part.append(ev)
         gate = asyncio.Semaphore(self.concurrency)
         # Untraced side effects take the direct lane: the first call goes straight to the
         # handler, inline here (no span, no retry frame, no coroutine of ours per event); a
@@ -243,39 +244,68 @@ class _RetryingCollector(Collector):
         types = {ev.type for ev in envs} if direct else set()
         spec_of = {t: self.handler_of(topic, t) for t in types}  # once per type and page
         attempt, scheduled_of = self._attempt, self.scheduled
+        started = 0  # the events the page order below has started
+        spread = False  # the rest of the page went to tasks
+        tail: list[Envelope[Any]] = []  # then: the rest of the waiting event's aggregate
+        runs: list[asyncio.Future[None]] = []
 
-        async def run(part: list[Envelope[Any]]) -> None:
+        async def run(part: list[Envelope[Any]], in_page_order: bool = False) -> None:
+            nonlocal started
+            for ev in part:
+                if in_page_order:
+                    if spread:
+                        return
+                    started += 1
+                if self.parked and self.is_parked(ev):
+                    failed.append((ev, "parked behind an earlier dead letter of this aggregate", 0))
+                    continue
+                if not direct:
+                    await attempt(ev, failed, scheduled)
+                    continue
+                spec = spec_of[ev.type]
+                try:
+                    out = spec.fn(ev)
+                    if spec.is_async or isinstance(out, Awaitable):
+                        out = await out
+                    writes = None if out is None else scheduled_of(ev, as_ops(out))
+                except Exception as exc:
+                    await attempt(ev, failed, scheduled, first=exc)
+                    continue
+                if writes:
+                    scheduled.append((ev.offset, writes))
+
+        async def gated(part: list[Envelope[Any]]) -> None:
             async with gate:
-                for ev in part:
-                    if self.parked and self.is_parked(ev):
-                        failed.append(
-                            (ev, "parked behind an earlier dead letter of this aggregate", 0)
-                        )
-                        continue
-                    if not direct:
-                        await attempt(ev, failed, scheduled)
-                        continue
-                    spec = spec_of[ev.type]
-                    try:
-                        out = spec.fn(ev)
-                        if spec.is_async or isinstance(out, Awaitable):
-                            out = await out
-                        writes = None if out is None else scheduled_of(ev, as_ops(out))
-                    except Exception as exc:
-                        await attempt(ev, failed, scheduled, first=exc)
-                        continue
-                    if writes:
-                        scheduled.append((ev.offset, writes))
+                await run(part)
 
-        if None in parts:  # rows without an aggregate keep their total order
-            await run(parts.pop(None))
-        if len(parts) == 1:  # one aggregate (a live event, say): no task to schedule
-            await run(next(iter(parts.values())))
-            parts.clear()
-        runs = [asyncio.ensure_future(run(p)) for p in parts.values()]
+        def to_tasks() -> None:
+            """While the event started last waits: the events after it, a task per
+            aggregate; its own aggregate's go on here once it is done."""
+            nonlocal spread, tail
+            spread = True
+            parts: dict[str | None, list[Envelope[Any]]] = {}
+            for ev in envs[started:]:  # (not setdefault: no empty list made per event)
+                part = parts.get(ev.aggregate_id)
+                if part is None:
+                    parts[ev.aggregate_id] = [ev]
+                else:
+                    part.append(ev)
+            tail = parts.pop(envs[started - 1].aggregate_id, [])
+            runs.extend(asyncio.ensure_future(gated(p)) for p in parts.values())
+
+        # Runs at the loop's next turn: only if a handler waits (the loop turns while it
+        # does). Until then the page is handled here, in page order.
+        turned = asyncio.get_running_loop().call_soon(to_tasks) if len(envs) > 1 else None
         try:
+            await run(envs, in_page_order=True)
+            if turned is not None:
+                turned.cancel()
+            if tail:
+                await run(tail)
             await asyncio.gather(*runs)
         except BaseException:  # a store error: no aggregate goes on with a failed batch
+            if turned is not None:
+                turned.cancel()
             for r in runs:
                 r.cancel()
             await asyncio.gather(*runs, return_exceptions=True)
