@@ -470,11 +470,18 @@ class Collector:
                 else:
                     rows, through = await self._read_page(key, cp + 1, upto)
                 if len(rows) >= size and (upto is None or through < upto):
+                    asked = False
                     for k in range(depth):
                         start = through + 1 + k * size
                         if start not in ahead and (upto is None or start <= upto):
                             read = self._read_page(key, start, upto)
                             ahead[start] = asyncio.ensure_future(read)
+                            asked = True
+                    if asked:
+                        # one turn of the loop: the reads send their requests now, and the
+                        # reader works while this page is handled (handlers that never
+                        # wait would otherwise let the loop turn only at the commit)
+                        await asyncio.sleep(0)
                 # After the read: a retention that committed before it shows here too.
                 # Retention deletes a prefix of offsets, so a page of a whole topic that
                 # starts right after the checkpoint proves nothing after it was deleted.

@@ -3,7 +3,8 @@
 Its handlers run one aggregate after another on the catch-up's own task for as long as
 none of them waits; from the first handler that waits on, the aggregates not started yet
 run concurrently, a task each. Either way each aggregate's events are handled in order,
-each once, and the checkpoint is read back from the store.
+each once, and the checkpoint is read back from the store. The reads of the pages ahead
+start before a page is handled, whether or not its handlers wait.
 """
 
 from __future__ import annotations
@@ -138,5 +139,45 @@ async def test_a_retry_mid_page_hands_the_rest_to_tasks_and_keeps_each_order(
         assert len(tasks) == AGGREGATES  # the catch-up's own (c-0) and one per other
         assert seen[0] != ("c-0", 1)  # others went on while c-0 waited out its back-off
         assert await stored_checkpoint(app, "retry") == AGGREGATES * EACH
+    finally:
+        await app.stop()
+
+
+async def test_the_next_page_is_being_read_while_a_page_is_handled(shared_url: str) -> None:
+    """Handlers that never wait give the event loop no turn until the page's commit: the
+    catch-up lets the reads of the pages ahead start before it handles a page, so the
+    reader works while the handlers run instead of after them."""
+    await interleaved(shared_url)
+    app = rv.App(
+        store=shared_url, options=rv.AppOptions(collector=rv.CollectorOptions(page_size=50))
+    )
+    app.event_log(Counter)
+    effect = rv.SideEffectHandler("reads")
+    asked: list[int] = []  # the first offset of each page read, as the read starts
+    reads_at: dict[int, int] = {}  # offset -> the pages asked for when it was handled
+
+    @effect.on(Incremented)
+    def _h(ev: rv.Envelope[Incremented]) -> None:
+        reads_at[ev.offset] = len(asked)
+
+    app.collect(effect)
+    store: Any = app.store
+    for name in ("read_columns", "read"):
+        real = getattr(store, name)
+
+        async def spy(topic: str, start: int, *a: Any, _real: Any = real, **k: Any) -> Any:
+            if start not in asked:  # (one read may go on to the other: counted once)
+                asked.append(start)
+            return await _real(topic, start, *a, **k)
+
+        setattr(store, name, spy)
+    await app.start()
+    try:
+        await app.settle(timeout=60)
+        assert len(reads_at) == AGGREGATES * EACH
+        # when the first page's first event was handled, that page and the two after it
+        # (a whole topic of one partition is read two pages ahead) were asked for
+        assert reads_at[1] >= 3 and asked[:3] == [1, 51, 101]
+        assert await stored_checkpoint(app, "reads") == AGGREGATES * EACH
     finally:
         await app.stop()
