@@ -49,7 +49,7 @@ from .append import (
     TableInfo,
     snapshot_sql,
 )
-from .arrowread import ArrowPages
+from .arrowread import RARE_COLUMNS, ArrowPages, folded_select, unfold, valued
 from .collector import SqlCollectorStore
 from .commands import CommandLookup
 from .database import Database, loop_is_alone
@@ -111,6 +111,9 @@ class SqlEventStore:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._topics: dict[str, _TopicTable] = {}
+        #: Per topic: the ``RARE_COLUMNS`` a page read as Arrow has shown a value in (read
+        #: as themselves from then on; the others are folded into one flag per page).
+        self._valued: dict[str, set[str]] = {}
         #: Appends waiting for a group commit, in order: runs of requests (one for an
         #: ``append``, an ``append_many``'s whole), where their outcomes go, their rows.
         self._pending: deque[tuple[list[AppendRequest], _Sink, int]] = deque()
@@ -705,25 +708,47 @@ class SqlEventStore:
         pages' after it: a SQLite file starts its Arrow helpers for a long read)."""
         arrow = self._arrow
         if arrow.wanted(remaining):
-            sql = f"{self._select(topic, columns)} WHERE _offset >= {int(from_offset)}"
+            where = f" WHERE _offset >= {int(from_offset)}"
             if partition is not None:
-                sql += f" AND _partition = {int(partition)}"
+                where += f" AND _partition = {int(partition)}"
             if upto is not None:
-                sql += f" AND _offset <= {int(upto)}"
-            sql += f" ORDER BY _offset LIMIT {int(limit)}"
+                where += f" AND _offset <= {int(upto)}"
+            where += f" ORDER BY _offset LIMIT {int(limit)}"
+            sql = self._select(topic, columns) + where
+            # The metadata columns no page of this topic has shown a value in yet are
+            # read as one flag (``folded_select``); a page whose flag shows a value is
+            # read again whole, and those columns are read as themselves from then on.
+            entry = self._entry(topic)
+            names = entry.info.columns if columns is None else tuple(columns)
+            seen = self._valued.get(topic, ())
+            folded = [n for n in RARE_COLUMNS if n in names and n not in seen]
+            if len(folded) < 2:  # (one column for one flag saves nothing)
+                folded = []
+            asked_sql = (
+                folded_select(self.db.q, entry.table, names, folded) + where if folded else sql
+            )
             # asked here when a helper has room: the pages of a read reach the helpers in
             # its order (threads racing to ask could leave a helper idle behind a later page)
-            asked = arrow.ask(sql, limit, remaining)
+            asked = arrow.ask(asked_sql, limit, remaining)
             if asked is None:
-                page = await asyncio.to_thread(arrow.page, sql, limit, remaining)
+                page = await asyncio.to_thread(arrow.page, asked_sql, limit, remaining)
             else:
                 # A helper answers in the order asked: this answer must be taken even if
                 # the read is cancelled (a cancelled executor job that had not started
                 # would leave the helper's later answers waiting for it forever).
                 loop = asyncio.get_running_loop()
-                taking = loop.run_in_executor(None, arrow.page, sql, limit, remaining, asked)
+                taking = loop.run_in_executor(None, arrow.page, asked_sql, limit, remaining, asked)
                 taking.add_done_callback(_retrieved)
                 page = await asyncio.shield(taking)
+            if page is not None and folded:
+                whole = unfold(page, names, folded)
+                if whole is None:  # a folded column holds a value here: read the page whole
+                    whole = await asyncio.to_thread(arrow.page, sql, limit, remaining)
+                    if whole is not None:
+                        # (all of them if none shows one now: rows went, say, by retention)
+                        found = valued(whole, names, folded) or set(folded)
+                        self._valued.setdefault(topic, set()).update(found)
+                page = whole
             if page is not None:
                 return page
         return await self.read(topic, from_offset, limit, upto=upto, partition=partition)

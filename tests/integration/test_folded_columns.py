@@ -1,0 +1,111 @@
+"""Metadata columns that hold no value in any row of a page are read as one flag.
+
+A page read as Arrow asks for ``_causation_id``, ``_user``, ``_ip``, ``_tenant`` and
+``_trace`` as one column that is NULL where all of them are (the driver decodes a NULL
+at the cost of a value). A page whose flag shows a value is read again whole, and the
+columns that hold values are read as themselves from then on. Either way the batches
+equal those built from the same rows read through SQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import reventless as rv
+from tests.arrow_pages import arrow_widths, helpers_ready
+from tests.model import Counter, Incremented
+
+PAGE = 500
+#: Counter's stored columns: 16 of metadata and ``by``.
+WHOLE = 17
+
+
+def _rows_only(
+    self: Any,
+    topic: str,
+    from_offset: int,
+    page_size: int,
+    *,
+    upto: int | None = None,
+    columns: Any = None,
+) -> Any:
+    return self.stream(topic, from_offset, page_size, upto=upto)
+
+
+async def batches(log: rv.EventLog[Counter]) -> list[pa.RecordBatch]:
+    return [b async for b in log.read_batches(batch_size=PAGE)]
+
+
+async def from_rows(
+    app: rv.App, log: rv.EventLog[Counter], monkeypatch: pytest.MonkeyPatch
+) -> list[pa.RecordBatch]:
+    """The same read, its batches built from SQL rows."""
+    with monkeypatch.context() as m:
+        m.setattr(type(app.store), "stream_columns", _rows_only)
+        return await batches(log)
+
+
+def same(arrow: list[pa.RecordBatch], rows: list[pa.RecordBatch]) -> None:
+    assert [b.num_rows for b in arrow] == [b.num_rows for b in rows]
+    for a, r in zip(arrow, rows, strict=True):
+        assert a.schema == r.schema and a.equals(r)
+
+
+async def plain(log: rv.EventLog[Counter], first: int, n: int) -> None:
+    await log.append_many([(f"c-{k}", [Incremented(by=k)], 0) for k in range(first, first + n)])
+
+
+async def test_a_page_with_values_is_read_whole_and_teaches_the_next_reads(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    widths = arrow_widths(monkeypatch)
+    app = rv.App(store=shared_url)
+    log = app.event_log(Counter)
+    meta = rv.Metadata(user="ann", causation_id="cause-1", ip="10.0.0.7")
+    async with app:
+        await plain(log, 0, PAGE + 250)  # the second page's row 251 holds values
+        await log.append_many([("c-meta", [Incremented(by=7)], 0)], meta=meta)
+        await plain(log, PAGE + 251, PAGE + 249)
+        await helpers_ready(app)
+        first = await batches(log)
+        learned = list(widths)
+        widths.clear()
+        again = await batches(log)
+        rows = await from_rows(app, log, monkeypatch)
+    assert sum(b.num_rows for b in rows) == 3 * PAGE
+    same(first, rows)
+    same(again, rows)
+    # the first read: folded pages (5 columns as one flag), the page with values again whole
+    assert WHOLE - 4 in learned and WHOLE in learned, learned
+    # then those three columns are read as themselves, the two others still as one flag
+    assert widths == [WHOLE - 1] * 3, widths
+    users = pa.concat_arrays([b.column("_user") for b in again]).to_pylist()
+    assert users.count("ann") == 1 and users.index("ann") == PAGE + 250
+
+
+async def test_a_value_written_by_another_app_after_a_folded_read_is_read(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    widths = arrow_widths(monkeypatch)
+    reader, writer = rv.App(store=shared_url), rv.App(store=shared_url)
+    log, other = reader.event_log(Counter), writer.event_log(Counter)
+    async with reader, writer:
+        await plain(log, 0, 2 * PAGE)
+        await helpers_ready(reader)
+        assert sum(b.num_rows for b in await batches(log)) == 2 * PAGE
+        assert widths == [WHOLE - 4] * 2, widths  # nothing in the five: all folded
+        widths.clear()
+        # another App (a store of its own: what this reader learned is not shared)
+        await other.append_many(
+            [("late", [Incremented(by=1)], 0)], meta=rv.Metadata(user="bob", ip="::1")
+        )
+        got = await batches(log)
+        rows = await from_rows(reader, log, monkeypatch)
+    same(got, rows)
+    last = got[-1]
+    assert last.column("_user").to_pylist()[-1] == "bob"
+    assert last.column("_ip").to_pylist()[-1] == "::1"
+    assert WHOLE in widths, widths  # the page with the values, read again whole
