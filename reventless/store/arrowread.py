@@ -25,10 +25,12 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .arrowhelper import DEPTH, HELPERS, Asked, HelperPool
 from .database import Database
@@ -266,43 +268,70 @@ def _release(conn: Any, db: Any) -> None:
             log.debug("closing an ADBC connection failed", exc_info=True)
 
 
-#: Metadata columns most logs leave NULL in every row (no causation, user, address,
-#: tenant or trace context given): a page's read asks for one flag in their place
-#: (``folded_select``). The driver decodes each value of a page, NULL or not, at about
-#: the cost of a value: five columns of 17 were a third of a full page's read.
-RARE_COLUMNS = ("_causation_id", "_user", "_ip", "_tenant", "_trace")
-#: The flag's name: NULL in a row whose folded columns are all NULL.
+#: Columns a page read as Arrow may ask for as one flag in their place (``folded_select``):
+#: metadata most logs leave NULL in every row (no causation, user, address, tenant or
+#: trace context given), and integers most logs hold one value of (a command's one event,
+#: one schema version, one partition). The drivers decode each value of a page, NULL or
+#: not, at about the cost of any other: these were eight columns of a 17-column page.
+FOLD_NULL = ("_causation_id", "_user", "_ip", "_tenant", "_trace")
+FOLD_INT = ("_row_idx", "_schema_version", "_partition")
+FOLDABLE = frozenset(FOLD_NULL + FOLD_INT)
+#: The flag's name: NULL in a row whose folded columns hold what they are assumed to.
 FLAG = "_rv_folded"
 
 
-def folded_select(q: Any, table: str, names: Sequence[str], folded: Sequence[str]) -> str:
-    """``SELECT`` of ``names`` without the ``folded`` ones, and a last column, ``FLAG``,
-    that is NULL in a row where each of them is NULL (``unfold`` takes the page apart)."""
-    kept = [q(n) for n in names if n not in folded]
-    nulls = " AND ".join(f"{q(n)} IS NULL" for n in folded)
-    flag = f"CASE WHEN {nulls} THEN NULL ELSE 1 END AS {q(FLAG)}"
+@dataclass(frozen=True)
+class Fold:
+    """What a folded column is assumed to hold in every row: ``value`` (None: NULL), as
+    a whole read gave it (``type``)."""
+
+    value: int | None
+    type: pa.DataType
+
+
+def constants(page: pa.Table, names: Sequence[str], among: Iterable[str]) -> dict[str, Fold]:
+    """The columns of ``among`` (``FOLDABLE`` ones) with one value in every row of
+    ``page`` (a read of ``names``): NULL, or one integer for ``FOLD_INT``'s."""
+    n, wanted, out = page.num_rows, set(among), {}
+    for name, col in zip(names, page.columns, strict=True):
+        if name not in wanted or not n:
+            continue
+        if col.null_count == n:
+            out[name] = Fold(None, col.type)
+        elif name in FOLD_INT and not col.null_count and pa.types.is_integer(col.type):
+            low, high = pc.min_max(col).values()
+            if low == high:
+                out[name] = Fold(int(low.as_py()), col.type)
+    return out
+
+
+def folded_select(q: Any, table: str, names: Sequence[str], folds: Mapping[str, Fold]) -> str:
+    """``SELECT`` of ``names`` without the folded ones, and a last column, ``FLAG``, that
+    is NULL in a row where each of them holds its ``Fold``'s value (``unfold`` takes the
+    page apart). A NULL where an integer is assumed makes the flag 1, as any other value."""
+    kept = [q(n) for n in names if n not in folds]
+    holds = " AND ".join(
+        f"{q(n)} IS NULL" if f.value is None else f"{q(n)} = {int(f.value)}"
+        for n, f in folds.items()
+    )
+    flag = f"CASE WHEN {holds} THEN NULL ELSE 1 END AS {q(FLAG)}"
     return f"SELECT {', '.join([*kept, flag])} FROM {q(table)}"
 
 
-def unfold(page: pa.Table, names: Sequence[str], folded: Sequence[str]) -> pa.Table | None:
-    """A page read by ``folded_select``, as the read of ``names`` (the folded columns
-    NULL, as text); None when a row holds a value in one of them (the page is read again
-    whole)."""
+def unfold(page: pa.Table, names: Sequence[str], folds: Mapping[str, Fold]) -> pa.Table | None:
+    """A page read by ``folded_select``, as the whole read of ``names`` gives it; None when
+    a row holds something else in a folded column (the page is read again whole)."""
     n = page.num_rows
-    flag = page.column(page.num_columns - 1)
-    if flag.null_count != n:
+    if page.column(page.num_columns - 1).null_count != n:
         return None
     kept = iter(page.columns[:-1])
-    nulls = pa.chunked_array([pa.nulls(n, pa.string())])
-    columns = [nulls if name in folded else next(kept) for name in names]
+    columns = []
+    for name in names:
+        fold = folds.get(name)
+        if fold is None:
+            columns.append(next(kept))
+            continue
+        nulls = pa.nulls(n, fold.type)
+        one = nulls if fold.value is None else pc.fill_null(nulls, fold.value)
+        columns.append(pa.chunked_array([one]))
     return pa.Table.from_arrays(columns, names=list(names))
-
-
-def valued(page: pa.Table, names: Sequence[str], among: Sequence[str]) -> set[str]:
-    """The columns of ``among`` that hold a value in some row of ``page`` (of ``names``)."""
-    n = page.num_rows
-    return {
-        name
-        for name, col in zip(names, page.columns, strict=True)
-        if name in among and col.null_count != n
-    }

@@ -49,7 +49,7 @@ from .append import (
     TableInfo,
     snapshot_sql,
 )
-from .arrowread import RARE_COLUMNS, ArrowPages, folded_select, unfold, valued
+from .arrowread import FOLDABLE, ArrowPages, Fold, constants, folded_select, unfold
 from .collector import SqlCollectorStore
 from .commands import CommandLookup
 from .database import Database, loop_is_alone
@@ -111,9 +111,10 @@ class SqlEventStore:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._topics: dict[str, _TopicTable] = {}
-        #: Per topic: the ``RARE_COLUMNS`` a page read as Arrow has shown a value in (read
-        #: as themselves from then on; the others are folded into one flag per page).
-        self._valued: dict[str, set[str]] = {}
+        #: Per topic: the ``FOLDABLE`` columns every page read as Arrow so far held one
+        #: value in (read as one flag: see ``_columns``), and those ever looked at.
+        self._folds: dict[str, dict[str, Fold]] = {}
+        self._checked: dict[str, set[str]] = {}
         #: Appends waiting for a group commit, in order: runs of requests (one for an
         #: ``append``, an ``append_many``'s whole), where their outcomes go, their rows.
         self._pending: deque[tuple[list[AppendRequest], _Sink, int]] = deque()
@@ -715,18 +716,17 @@ class SqlEventStore:
                 where += f" AND _offset <= {int(upto)}"
             where += f" ORDER BY _offset LIMIT {int(limit)}"
             sql = self._select(topic, columns) + where
-            # The metadata columns no page of this topic has shown a value in yet are
-            # read as one flag (``folded_select``); a page whose flag shows a value is
-            # read again whole, and those columns are read as themselves from then on.
+            # Columns that every page of this topic read so far held one value in (NULL,
+            # one integer) are read as one flag (``folded_select``); a page whose flag
+            # shows otherwise is read again whole, and the columns that held something
+            # else are read as themselves from then on.
             entry = self._entry(topic)
             names = entry.info.columns if columns is None else tuple(columns)
-            seen = self._valued.get(topic, ())
-            folded = [n for n in RARE_COLUMNS if n in names and n not in seen]
-            if len(folded) < 2:  # (one column for one flag saves nothing)
-                folded = []
-            asked_sql = (
-                folded_select(self.db.q, entry.table, names, folded) + where if folded else sql
-            )
+            folds = self._folds.setdefault(topic, {})
+            fold = {n: f for n, f in folds.items() if n in names}
+            if len(fold) < 2:  # (one column for one flag saves nothing)
+                fold = {}
+            asked_sql = folded_select(self.db.q, entry.table, names, fold) + where if fold else sql
             # asked here when a helper has room: the pages of a read reach the helpers in
             # its order (threads racing to ask could leave a helper idle behind a later page)
             asked = arrow.ask(asked_sql, limit, remaining)
@@ -740,15 +740,25 @@ class SqlEventStore:
                 taking = loop.run_in_executor(None, arrow.page, asked_sql, limit, remaining, asked)
                 taking.add_done_callback(_retrieved)
                 page = await asyncio.shield(taking)
-            if page is not None and folded:
-                whole = unfold(page, names, folded)
-                if whole is None:  # a folded column holds a value here: read the page whole
+            if page is not None and fold:
+                whole = unfold(page, names, fold)
+                if whole is None:  # a folded column holds something else: read it whole
                     whole = await asyncio.to_thread(arrow.page, sql, limit, remaining)
                     if whole is not None:
-                        # (all of them if none shows one now: rows went, say, by retention)
-                        found = valued(whole, names, folded) or set(folded)
-                        self._valued.setdefault(topic, set()).update(found)
+                        held = constants(whole, names, fold)
+                        broken = [
+                            n for n, f in fold.items() if n not in held or held[n].value != f.value
+                        ]
+                        # (all of them if none is now: rows went by retention, say)
+                        for n in broken or fold:
+                            folds.pop(n, None)
                 page = whole
+            elif page is not None and page.num_rows:  # learn the columns not seen yet
+                checked = self._checked.setdefault(topic, set())
+                new = [n for n in names if n in FOLDABLE and n not in checked]
+                if new:
+                    checked.update(new)
+                    folds.update(constants(page, names, new))
             if page is not None:
                 return page
         return await self.read(topic, from_offset, limit, upto=upto, partition=partition)
