@@ -270,12 +270,17 @@ def _release(conn: Any, db: Any) -> None:
 
 #: Columns a page read as Arrow may ask for as one flag in their place (``folded_select``):
 #: metadata most logs leave NULL in every row (no causation, user, address, tenant or
-#: trace context given), and integers most logs hold one value of (a command's one event,
-#: one schema version, one partition). The drivers decode each value of a page, NULL or
-#: not, at about the cost of any other: these were eight columns of a 17-column page.
+#: trace context given), and integers most logs hold one value of (one schema version,
+#: one partition, or a catch-up's page of one partition). The drivers decode each value
+#: of a page, NULL or not, at about the cost of any other: these were seven columns of a
+#: 17-column page. (Not ``_row_idx``: any command of more than one event breaks it.)
 FOLD_NULL = ("_causation_id", "_user", "_ip", "_tenant", "_trace")
-FOLD_INT = ("_row_idx", "_schema_version", "_partition")
+FOLD_INT = ("_schema_version", "_partition")
 FOLDABLE = frozenset(FOLD_NULL + FOLD_INT)
+#: The rows a page read whole must have for what it holds to be taken as what a topic
+#: holds: a short page (a live tail, a catch-up near the head) says little, and a fold
+#: it taught that a long page breaks costs that page a second read.
+LEARN_AT = 1000
 #: The flag's name: NULL in a row whose folded columns hold what they are assumed to.
 FLAG = "_rv_folded"
 

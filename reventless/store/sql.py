@@ -49,7 +49,15 @@ from .append import (
     TableInfo,
     snapshot_sql,
 )
-from .arrowread import FOLDABLE, ArrowPages, Fold, constants, folded_select, unfold
+from .arrowread import (
+    FOLDABLE,
+    LEARN_AT,
+    ArrowPages,
+    Fold,
+    constants,
+    folded_select,
+    unfold,
+)
 from .collector import SqlCollectorStore
 from .commands import CommandLookup
 from .database import Database, loop_is_alone
@@ -716,10 +724,10 @@ class SqlEventStore:
                 where += f" AND _offset <= {int(upto)}"
             where += f" ORDER BY _offset LIMIT {int(limit)}"
             sql = self._select(topic, columns) + where
-            # Columns that every page of this topic read so far held one value in (NULL,
-            # one integer) are read as one flag (``folded_select``); a page whose flag
-            # shows otherwise is read again whole, and the columns that held something
-            # else are read as themselves from then on.
+            # Columns that held one value (NULL, one integer) in every row of a long page
+            # of this topic read whole are read as one flag (``folded_select``); a page
+            # whose flag shows otherwise is read again whole, and the columns that held
+            # something else are read as themselves from then on.
             entry = self._entry(topic)
             names = entry.info.columns if columns is None else tuple(columns)
             folds = self._folds.setdefault(topic, {})
@@ -753,7 +761,7 @@ class SqlEventStore:
                         for n in broken or fold:
                             folds.pop(n, None)
                 page = whole
-            elif page is not None and page.num_rows:  # learn the columns not seen yet
+            elif page is not None and page.num_rows >= LEARN_AT:  # learn from a long page
                 checked = self._checked.setdefault(topic, set())
                 new = [n for n in names if n in FOLDABLE and n not in checked]
                 if new:

@@ -1,10 +1,10 @@
 """Columns that held one value in every row read so far are read as one flag.
 
-Once a page of a topic was read as Arrow, the metadata columns that were NULL in all its
-rows (``_causation_id``, ``_user``, ``_ip``, ``_tenant``, ``_trace``) and the integers
-that held one value (``_row_idx``, ``_schema_version``, ``_partition``) are asked for as
-one column, NULL where each holds what it did (the driver decodes a NULL at the cost of
-a value). A page whose flag shows otherwise is read again whole, and the columns that
+Once a long page of a topic was read as Arrow, the metadata columns that were NULL in
+all its rows (``_causation_id``, ``_user``, ``_ip``, ``_tenant``, ``_trace``) and the
+integers that held one value (``_schema_version``, ``_partition``) are asked for as one
+column, NULL where each holds what it did (the driver decodes a NULL at the cost of a
+value). A page whose flag shows otherwise is read again whole, and the columns that
 held something else are read as themselves from then on. Either way the batches equal
 those built from the same rows read through SQL.
 """
@@ -17,14 +17,15 @@ import pyarrow as pa
 import pytest
 
 import reventless as rv
+from reventless.store import arrowread
 from tests.arrow_pages import arrow_widths, helpers_ready
 from tests.model import Counter, Incremented
 
-PAGE = 500
+PAGE = arrowread.LEARN_AT  # (a shorter page teaches nothing)
 #: Counter's stored columns: 16 of metadata and ``by``.
 WHOLE = 17
-#: A page with the eight columns as one flag.
-FOLDED = WHOLE - 8 + 1
+#: A page with the seven columns as one flag.
+FOLDED = WHOLE - 7 + 1
 
 
 def _rows_only(
@@ -70,9 +71,10 @@ async def test_a_page_with_values_is_read_whole_and_teaches_the_next_reads(
     log = app.event_log(Counter)
     meta = rv.Metadata(user="ann", causation_id="cause-1", ip="10.0.0.7")
     async with app:
-        await plain(log, 0, PAGE + 250)  # the second page's row 251 holds values
+        half = PAGE // 2
+        await plain(log, 0, PAGE + half)  # the second page's middle row holds values
         await log.append_many([("c-meta", [Incremented(by=7)], 0)], meta=meta)
-        await plain(log, PAGE + 251, PAGE + 246)
+        await plain(log, PAGE + half + 1, 2 * PAGE - half - 4)
         # the third page's last three rows: one command's events (``_row_idx`` 0, 1, 2)
         await log.append("c-three", [Incremented(by=1)] * 3, expected_version=0)
         await helpers_ready(app)
@@ -88,14 +90,14 @@ async def test_a_page_with_values_is_read_whole_and_teaches_the_next_reads(
     assert sum(b.num_rows for b in rows) == 3 * PAGE
     same(first, rows)
     same(again, rows)
-    # the first read: each page folded, the two with values again whole (the third page
-    # may be asked after the second taught the read, with five columns as the flag)
-    assert len(learned) == 5 and learned.count(WHOLE) == 2, learned
-    assert {w for w in learned if w != WHOLE} <= {FOLDED, WHOLE - 5 + 1}, learned
-    # then those four columns are read as themselves, the four others still as one flag
+    # the first read: each page folded, the one with values again whole (the third page
+    # may be asked after the second taught the read, with four columns as the flag)
+    assert len(learned) == 4 and learned.count(WHOLE) == 1, learned
+    assert {w for w in learned if w != WHOLE} <= {FOLDED, WHOLE - 4 + 1}, learned
+    # then those three columns are read as themselves, the four others still as one flag
     assert widths == [WHOLE - 4 + 1] * 3, widths
     users = pa.concat_arrays([b.column("_user") for b in again]).to_pylist()
-    assert users.count("ann") == 1 and users.index("ann") == PAGE + 250
+    assert users.count("ann") == 1 and users.index("ann") == PAGE + half
     assert again[-1].column("_row_idx").to_pylist()[-4:] == [0, 0, 1, 2]
 
 
@@ -109,8 +111,9 @@ async def test_a_value_written_by_another_app_after_a_folded_read_is_read(
         await plain(log, 0, 2 * PAGE)
         await helpers_ready(reader)
         assert sum(b.num_rows for b in await batches(log)) == 2 * PAGE
+        assert widths == [WHOLE] * 2, widths  # nothing learned yet: read whole
         assert sum(b.num_rows for b in await batches(log)) == 2 * PAGE
-        assert widths[-2:] == [FOLDED] * 2, widths  # learned: all eight folded
+        assert widths[-2:] == [FOLDED] * 2, widths  # learned: all seven folded
         widths.clear()
         # another App (a store of its own: what this reader learned is not shared)
         await other.append_many(

@@ -168,8 +168,7 @@ async def test_a_fold_catches_up_from_arrow_pages_on_postgres(
         *("_offset", "_aggregate_id", "_type", "_trace", "_schema_version"),
         *("sku", "qty", "price", "note", "gift"),
     }
-    # (once pages showed `_trace` NULL and one `_schema_version`: those two as one flag)
-    assert set(widths) <= {len(narrow), len(narrow) - 1}, widths
+    assert set(widths) == {len(narrow)}
 
 
 async def test_fold_resumes_from_stored_rows(file_url: str) -> None:
