@@ -56,3 +56,17 @@ def arrow_widths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(ArrowPages, "page", spied)
     return widths
+
+
+def rows_only(
+    self: Any,
+    topic: str,
+    from_offset: int,
+    page_size: int,
+    *,
+    upto: int | None = None,
+    columns: Any = None,
+) -> Any:
+    """A store's ``stream_columns`` that reads every page as SQL rows (set on its class:
+    the batches are then built from rows, as without the Arrow reader)."""
+    return self.stream(topic, from_offset, page_size, upto=upto)

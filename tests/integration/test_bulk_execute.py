@@ -21,7 +21,7 @@ import reventless as rv
 from reventless.store import require_sql
 from reventless.store.arrowread import ArrowPages
 from reventless.testing.store_suite import Account, Deposit, Deposited, Withdraw
-from tests.arrow_pages import counting, helpers_ready
+from tests.arrow_pages import counting, helpers_ready, rows_only
 
 
 async def rows(app: rv.App, sql: str) -> list[tuple[Any, ...]]:
@@ -321,7 +321,7 @@ async def test_read_batches_as_arrow_equal_batches_built_from_rows(
         await log.append_many([(f"n-{k}", [e], 0) for k, e in enumerate(events)])
         await helpers_ready(app)
         arrow = [b async for b in log.read_batches(batch_size=1000)]
-        monkeypatch.setattr(type(app.store), "stream_columns", _rows_only)
+        monkeypatch.setattr(type(app.store), "stream_columns", rows_only)
         rows = [b async for b in log.read_batches(batch_size=1000)]
     assert [b.num_rows for b in arrow] == [b.num_rows for b in rows]
     assert sum(b.num_rows for b in rows) == n
@@ -331,18 +331,6 @@ async def test_read_batches_as_arrow_equal_batches_built_from_rows(
     # driver can share it)
     memory = any_url == "sqlite://"
     assert sorted(tables) == ([] if memory else [1] if n == 1 else [500, 1000, 1000])
-
-
-def _rows_only(
-    self: Any,
-    topic: str,
-    from_offset: int,
-    page_size: int,
-    *,
-    upto: int | None = None,
-    columns: Any = None,
-) -> Any:
-    return self.stream(topic, from_offset, page_size, upto=upto)
 
 
 async def test_a_page_the_driver_cannot_read_comes_as_rows(

@@ -11,14 +11,12 @@ those built from the same rows read through SQL.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyarrow as pa
 import pytest
 
 import reventless as rv
 from reventless.store import arrowread
-from tests.arrow_pages import arrow_widths, helpers_ready
+from tests.arrow_pages import arrow_widths, helpers_ready, rows_only
 from tests.model import Counter, Incremented
 
 PAGE = arrowread.LEARN_AT  # (a shorter page teaches nothing)
@@ -26,18 +24,6 @@ PAGE = arrowread.LEARN_AT  # (a shorter page teaches nothing)
 WHOLE = 17
 #: A page with the seven columns as one flag.
 FOLDED = WHOLE - 7 + 1
-
-
-def _rows_only(
-    self: Any,
-    topic: str,
-    from_offset: int,
-    page_size: int,
-    *,
-    upto: int | None = None,
-    columns: Any = None,
-) -> Any:
-    return self.stream(topic, from_offset, page_size, upto=upto)
 
 
 async def batches(log: rv.EventLog[Counter]) -> list[pa.RecordBatch]:
@@ -49,7 +35,7 @@ async def from_rows(
 ) -> list[pa.RecordBatch]:
     """The same read, its batches built from SQL rows."""
     with monkeypatch.context() as m:
-        m.setattr(type(app.store), "stream_columns", _rows_only)
+        m.setattr(type(app.store), "stream_columns", rows_only)
         return await batches(log)
 
 
