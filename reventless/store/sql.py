@@ -119,8 +119,9 @@ class SqlEventStore:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._topics: dict[str, _TopicTable] = {}
-        #: Per topic: the ``FOLDABLE`` columns every page read as Arrow so far held one
-        #: value in (read as one flag: see ``_columns``), and those ever looked at.
+        #: Per topic: the ``FOLDABLE`` columns a long page read whole held one value in
+        #: and no page since broke (read as one flag: see ``_columns``), and those
+        #: already learned from a page (never learned again once broken).
         self._folds: dict[str, dict[str, Fold]] = {}
         self._checked: dict[str, set[str]] = {}
         #: Appends waiting for a group commit, in order: runs of requests (one for an
