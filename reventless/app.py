@@ -402,8 +402,6 @@ class App:
             else:  # pragma: no cover - Component is only subclassed here
                 raise SpecError(f"unknown component kind {comp!r}")
             self._collectors[name] = collector
-        if any(c.columnar for c in self._collectors.values()):
-            self.store.warm_columns()  # opened while the collectors start
         if self.options.gc_freeze:
             # before the collectors start: their first catch-up (a backlog) runs in start
             _freeze_once()

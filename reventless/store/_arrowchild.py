@@ -1,11 +1,16 @@
-"""The helper process that reads a SQLite file's pages into Arrow (see ``arrowread.py``).
+"""The helper process that reads a store's pages into Arrow (see ``arrowhelper.py``).
 
-Run as ``python -P _arrowchild.py DATABASE BUSY_TIMEOUT_MS`` by the store, never imported
-by it: it imports only pyarrow and ``adbc-driver-sqlite``, whose own copy of SQLite must
-not share a process with the store's ``sqlite3``. It answers requests on stdin until stdin
-closes (the store closed it, or the store's process is gone).
+Run as ``python -P _arrowchild.py KIND`` by the store (``sqlite`` or ``postgresql``), never
+imported by it: it imports only pyarrow and the kind's ADBC driver. SQLite's carries its
+own copy of SQLite, which must not share a process with the store's ``sqlite3``;
+PostgreSQL's releases that read a page with the least CPU abort the process when a
+connection is lost. It answers requests on stdin until stdin closes (the store closed it,
+or the store's process is gone).
 
-The protocol, all integers little-endian: the helper first writes ``R`` (ready). A
+The protocol, all integers little-endian. The first message on stdin says what to open:
+its length (4 bytes), SQLite's busy timeout in milliseconds (8 bytes) and the SQLite
+file's path or PostgreSQL's libpq connection string (UTF-8; on stdin, not the command
+line, where any user could read a password). The helper then writes ``R`` (ready). A
 request is the SQL's length (4 bytes), the rows per batch (8 bytes) and the SQL (UTF-8).
 The answer is ``T``, a length (8 bytes) and the page as an Arrow IPC stream, or ``E``, a
 length and an error message (UTF-8).
@@ -49,25 +54,56 @@ def _query(conn: Any, sql: str, batch_rows: int | None = None) -> Any:
         stmt.close()
 
 
-def serve(database: str, busy_ms: int, stdin: BinaryIO, stdout: BinaryIO) -> None:
+def _request(stdin: BinaryIO) -> tuple[str, int]:
+    """The next message: its text and its number (``EOFError`` once stdin is closed)."""
+    size, number = struct.unpack("<IQ", _read(stdin, 12))
+    return _read(stdin, size).decode(), number
+
+
+def _open(kind: str, target: str, busy_ms: int) -> tuple[Any, Any]:
+    """The driver's database and connection handles (autocommit, as ADBC opens them:
+    each query reads the latest commit)."""
     import adbc_driver_manager as adbc
-    import adbc_driver_sqlite
+
+    if kind == "postgresql":
+        import adbc_driver_postgresql
+
+        db = adbc_driver_postgresql.connect(target)
+    else:
+        import adbc_driver_sqlite
+
+        db = adbc_driver_sqlite.connect(target)
+    try:
+        conn = adbc.AdbcConnection(db)
+        if kind != "postgresql":
+            _query(conn, f"PRAGMA busy_timeout={int(busy_ms)}")
+    except BaseException:
+        db.close()
+        raise
+    return db, conn
+
+
+def serve(kind: str, stdin: BinaryIO, stdout: BinaryIO) -> None:
     import pyarrow as pa
 
-    db = adbc_driver_sqlite.connect(database)
-    conn = adbc.AdbcConnection(db)  # autocommit: each query reads the latest commit
-    _query(conn, f"PRAGMA busy_timeout={int(busy_ms)}")
+    try:
+        target, busy_ms = _request(stdin)
+    except EOFError:
+        return
+    db, conn = _open(kind, target, busy_ms)
+    # SQLite's driver infers each column's type from a batch's first rows: a page's rows
+    # in one batch (PostgreSQL's types come from the server)
+    batched = kind != "postgresql"
     stdout.write(b"R")
     stdout.flush()
     try:
         while True:
             try:
-                size, rows = struct.unpack("<IQ", _read(stdin, 12))
-                sql = _read(stdin, size).decode()
+                sql, rows = _request(stdin)
             except EOFError:
                 return
             try:
-                table = _query(conn, sql, rows)
+                table = _query(conn, sql, rows if batched else None)
                 sink = pa.BufferOutputStream()
                 with pa.ipc.new_stream(sink, table.schema) as writer:
                     writer.write_table(table)
@@ -97,4 +133,4 @@ def _import_pyarrow() -> None:
 
 if __name__ == "__main__":
     _import_pyarrow()
-    serve(sys.argv[1], int(sys.argv[2]), sys.stdin.buffer, sys.stdout.buffer)
+    serve(sys.argv[1], sys.stdin.buffer, sys.stdout.buffer)

@@ -1,11 +1,16 @@
-"""SQLite pages read into Arrow by helper processes (``_arrowchild.py``).
+"""Pages read into Arrow by helper processes (``_arrowchild.py``): a SQLite file's and
+PostgreSQL's.
 
-``adbc-driver-sqlite`` reads a query's result straight into Arrow, but it carries its own
-copy of the SQLite library: two copies in one process that open one database file break
-each other's POSIX locks and WAL index (SQLite's "How To Corrupt" guide, 2.2; a reader
-crashed with SIGBUS while the store wrote). So the driver runs in helper processes of
-the store's own: to SQLite they are other processes sharing the file, which WAL is made
-for. A page comes back as an Arrow IPC stream over a pipe.
+An ADBC driver reads a query's result straight into Arrow, but neither runs well in the
+store's process. ``adbc-driver-sqlite`` carries its own copy of the SQLite library: two
+copies in one process that open one database file break each other's POSIX locks and WAL
+index (SQLite's "How To Corrupt" guide, 2.2; a reader crashed with SIGBUS while the store
+wrote); to SQLite the helpers are other processes sharing the file, which WAL is made for.
+``adbc-driver-postgresql`` reads a page with less than half the CPU in its releases
+before 1.9 as in later ones, but those abort their process when a connection is lost
+(BENCHMARKS.md); a helper that aborts takes only itself down. Either way the reading's CPU
+is the helper's, beside the store's process and its GIL. A page comes back as an Arrow
+IPC stream over a pipe.
 
 A helper costs a process (about 0.09 s of CPU to start and 65 MB), so helpers start
 only when a read has many rows left (``SPAWN_AT``): small reads, and the pages read while
@@ -29,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import IO, NamedTuple
 
@@ -66,14 +72,22 @@ def _read(stream: IO[bytes], n: int) -> bytes:
     return data
 
 
-class Helper:
-    """One helper process reading pages of one SQLite file. Requests are pipelined: a page
-    can be asked for while the helper still reads the one before (``send``); answers come
-    back in the order asked (``receive``), so the helper never waits for the next ask."""
+def _close_all(*pipes: IO[bytes]) -> None:
+    for pipe in pipes:
+        with contextlib.suppress(OSError):
+            pipe.close()
 
-    def __init__(self, database: str, busy_ms: int) -> None:
+
+class Helper:
+    """One helper process reading pages of one store: ``kind`` (``sqlite`` or
+    ``postgresql``), ``target`` (the SQLite file, or libpq's connection string). Requests
+    are pipelined: a page can be asked for while the helper still reads the one before
+    (``send``); answers come back in the order asked (``receive``), so the helper never
+    waits for the next ask."""
+
+    def __init__(self, kind: str, target: str, busy_ms: int) -> None:
         self.proc = subprocess.Popen(  # -P: nothing of the helper's folder shadows a module
-            [sys.executable, "-P", str(_CHILD), database, str(busy_ms)],
+            [sys.executable, "-P", str(_CHILD), kind],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -89,6 +103,16 @@ class Helper:
 
         with contextlib.suppress(OSError, AttributeError):  # Linux: pages in fewer chunks
             fcntl.fcntl(self._pipes[1].fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        # A helper dropped without ``close`` (its store never closed): its pipes close now,
+        # so it exits (the Popen object outlives it, kept by subprocess to reap the child,
+        # and with it the pipes: a PostgreSQL helper would keep its connection open).
+        self._pipes_closed = weakref.finalize(self, _close_all, *self._pipes)
+        # what to open, before any request (a write the pipe takes at once; a helper that
+        # died before reading it fails its start in ``poll``)
+        data = target.encode()
+        with contextlib.suppress(OSError, ValueError):
+            self._pipes[0].write(struct.pack("<IQ", len(data), busy_ms) + data)
+            self._pipes[0].flush()
 
     @property
     def _pipes(self) -> tuple[IO[bytes], IO[bytes]]:
@@ -158,10 +182,7 @@ class Helper:
         with self._turn:
             self._broken = self._broken or "the helper was closed"
             self._turn.notify_all()
-        stdin, stdout = self._pipes
-        for pipe in (stdin, stdout):
-            with contextlib.suppress(OSError):
-                pipe.close()
+        self._pipes_closed()
         if wait:
             self.wait()
 
@@ -182,10 +203,11 @@ class Asked(NamedTuple):
 
 
 class HelperPool:
-    """The helper processes of one SQLite file (started on demand, up to ``HELPERS``)."""
+    """The helper processes of one store (started on demand, up to ``HELPERS``): ``kind``,
+    ``target`` and ``busy_ms`` as ``Helper`` takes them."""
 
-    def __init__(self, database: str, busy_ms: int) -> None:
-        self.database, self.busy_ms = database, busy_ms
+    def __init__(self, kind: str, target: str, busy_ms: int = 0) -> None:
+        self.kind, self.target, self.busy_ms = kind, target, busy_ms
         self._lock = threading.Lock()
         #: Signalled when a helper answers a page (or is dropped).
         self._answered = threading.Condition(self._lock)
@@ -193,6 +215,10 @@ class HelperPool:
         self._starting: list[Helper] = []
         self._closed = False
         self._retry_at = 0.0
+
+    def usable(self) -> bool:
+        """Whether pages may still be asked for (the pool is not closed)."""
+        return not self._closed
 
     def wanted(self, remaining: int) -> bool:
         """Whether ``page`` could read a page of a read with ``remaining`` rows left as
@@ -314,7 +340,7 @@ class HelperPool:
 
     def _start(self) -> None:
         try:
-            self._starting.append(Helper(self.database, self.busy_ms))
+            self._starting.append(Helper(self.kind, self.target, self.busy_ms))
         except OSError as exc:  # no process could start (limits, a missing interpreter)
             log.warning("Arrow reads go through rows for %s s: %s", RETRY_AFTER, exc)
             self._retry_at = time.monotonic() + RETRY_AFTER

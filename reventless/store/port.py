@@ -64,12 +64,7 @@ class EventStore(Protocol):
     def arrow_rows(self) -> bool:
         """Whether pages of every column cost this process less read by ``read_columns``
         (and turned into rows) than by ``read``: so where Arrow pages are read in other
-        processes (a SQLite file's helpers), not where this process reads them."""
-        ...
-
-    def warm_columns(self) -> None:
-        """Get ready, in the background, for pages of Arrow columns about to be read
-        (``read_columns``: collectors that read columns, at start); may do nothing."""
+        processes (the store's helpers), not where this process would read them."""
         ...
 
     async def open(self) -> None:

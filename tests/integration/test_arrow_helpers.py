@@ -1,5 +1,6 @@
-"""A SQLite file's Arrow pages come from helper processes, never from a second SQLite
-library in the store's process; helpers that die or never start leave reads to rows;
+"""A SQLite file's and PostgreSQL's Arrow pages come from helper processes (never from a
+second SQLite library in the store's process, nor from a PostgreSQL driver that aborts
+its process on a lost connection); helpers that die or never start leave reads to rows;
 closing the store stops them."""
 
 from __future__ import annotations
@@ -99,10 +100,10 @@ async def test_a_short_read_starts_no_helper_and_a_long_one_does(
 
 
 async def test_a_helper_that_dies_leaves_its_page_to_rows(
-    file_url: str, monkeypatch: pytest.MonkeyPatch
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pages = counting(monkeypatch)
-    app, log = notes_app(file_url)
+    app, log = notes_app(shared_url)
     async with app:
         await log.append_many([(f"n-{k}", [Noted(ratio=k / 3)], 0) for k in range(2100)])
         await helpers_ready(app)
@@ -120,11 +121,11 @@ async def test_a_helper_that_dies_leaves_its_page_to_rows(
 
 
 async def test_a_helper_that_cannot_start_leaves_reads_to_rows(
-    file_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    shared_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(arrowhelper, "_CHILD", arrowhelper._CHILD.with_name("missing.py"))
     monkeypatch.setattr(arrowhelper, "SPAWN_AT", 0)
-    app, log = notes_app(file_url)
+    app, log = notes_app(shared_url)
     async with app:
         await log.append_many([(f"n-{k}", [Noted(ratio=k)], 0) for k in range(1500)])
         pool = pool_of(app)
@@ -138,8 +139,8 @@ async def test_a_helper_that_cannot_start_leaves_reads_to_rows(
     assert "Arrow reads go through rows" in caplog.text
 
 
-async def test_closing_the_store_stops_its_helpers(file_url: str) -> None:
-    app, log = notes_app(file_url)
+async def test_closing_the_store_stops_its_helpers(shared_url: str) -> None:
+    app, log = notes_app(shared_url)
     async with app:
         await log.append("n-0", [Noted(ratio=1)], expected_version=0)
         await helpers_ready(app)

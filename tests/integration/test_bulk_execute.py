@@ -18,7 +18,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 import reventless as rv
-from reventless.store import require_sql
+from reventless.store import arrowhelper, arrowread, require_sql
 from reventless.store.arrowread import ArrowPages
 from reventless.testing.store_suite import Account, Deposit, Deposited, Withdraw
 from tests.arrow_pages import counting, helpers_ready, rows_only
@@ -363,10 +363,15 @@ async def test_a_page_the_driver_cannot_read_comes_as_rows(
 async def test_a_driver_that_cannot_connect_leaves_reads_to_rows(
     pg_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def refuse(self: ArrowPages) -> Any:
-        raise OSError("no such database")
-
-    monkeypatch.setattr(ArrowPages, "_connect", refuse)
+    """The helpers' connection string names a database that does not exist: each helper
+    exits at its start, and the reads go through rows (and say so)."""
+    real = arrowread.conninfo
+    monkeypatch.setattr(
+        arrowread, "conninfo", lambda db: real(db) + " dbname='rv_no_such_database'"
+    )
+    monkeypatch.setattr(arrowhelper, "SPAWN_AT", 1)
+    monkeypatch.setattr(arrowhelper, "WAIT_AT", 1)
+    pages = counting(monkeypatch)
     app = rv.App(store=pg_url)
     log = app.event_log(Notes)
     async with app:
@@ -376,7 +381,8 @@ async def test_a_driver_that_cannot_connect_leaves_reads_to_rows(
     assert [r for b in batches for r in b.column("ratio").to_pylist()] == [
         k / 3 for k in range(1500)
     ]
-    assert "fall back to rows" in caplog.text
+    assert pages == [-1, -1]
+    assert "Arrow reads go through rows" in caplog.text
 
 
 class Probe(rv.Command):
