@@ -87,7 +87,7 @@ async def _catch_up(
 
 
 async def _warm(where: Where) -> None:
-    """Open the store once and start a SQLite file's Arrow helpers (outside the timers)."""
+    """Open the store once and start the store's Arrow helpers (outside the timers)."""
     app = _app(where)
     app.event_log(Counter)
     async with app:

@@ -299,7 +299,7 @@ def _raw_many_new(where: Where, calls: int, per_call: int) -> float:
 
 
 async def warm_helpers(app: rv.App) -> None:
-    """Start a SQLite file's Arrow helper processes and wait until they are ready, outside
+    """Start the store's Arrow helper processes and wait until they are ready, outside
     the timer as raw's connection is opened outside it (a process's first long read starts
     them itself and reads rows until they are ready, a few tenths of a second)."""
     pool = getattr(app.store._arrow, "_helpers", None)  # type: ignore[attr-defined]
@@ -330,11 +330,11 @@ async def _rv_read_arrow(
         )
     async with app:
         await rv_preload(log, "rd", aggs, per)
-        # warm-up: opens the reader's connections (PostgreSQL: two pages are read at once,
-        # each on its own), as raw's is opened before its clock starts
+        # warm-up: the store's first read (its statements prepared), as raw's connection
+        # is opened before its clock starts
         async for _ in log.read_batches(upto=2, batch_size=1):
             pass
-        await warm_helpers(app)  # a SQLite file: its Arrow helper processes, started
+        await warm_helpers(app)  # its Arrow helper processes, started
         t0 = perf()
         n = 0
         async for batch in log.read_batches(columns=columns):

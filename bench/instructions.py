@@ -7,7 +7,7 @@ shows where timings on a shared machine swing by more than that. Each workload r
 fresh interpreter under ``valgrind --tool=callgrind`` twice, with ``small`` and ``large``
 operations; ``(instructions(large) - instructions(small)) / (large - small)`` is the count
 per operation without the interpreter's start-up. Every thread of the process is counted
-(the SQLite writer's included); child processes are not (a SQLite file's Arrow helpers,
+(the SQLite writer's included); child processes are not (the store's Arrow helpers,
 which read a catch-up's pages). The catch-up's log is filled by an uncounted run first.
 The store is a SQLite file with ``synchronous=OFF`` and the in-memory broker (no
 subscriber). Every run has ``PYTHONHASHSEED=0``: with random hash seeds, the start-up's

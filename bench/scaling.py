@@ -110,7 +110,7 @@ def child_main(kind: str, url: str, size: int) -> None:
     fn = child_catchup if kind == "catchup" else child_read
     rate = asyncio.run(fn(url, size))
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    # the largest of a SQLite file's Arrow helper processes (stopped with the App)
+    # the largest of the store's Arrow helper processes (stopped with the App)
     helper_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(json.dumps({"rate": rate, "rss_mb": rss_mb, "helper_mb": helper_mb}))
 
@@ -203,7 +203,7 @@ def main() -> None:
         )
         + "; catch-up and reads in a fresh process each, peak RSS "
         "from `ru_maxrss`: the process's, and apart the largest of its Arrow helper processes, "
-        "which read a SQLite file's pages (none on PostgreSQL)). Plot: "
+        "which read the store's pages). Plot: "
         f"`{plot_to.relative_to(ROOT)}`.",
         "",
         "| events in the log | bulk append (events/s, this step) | sequential commands (cmd/s) "
