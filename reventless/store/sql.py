@@ -757,9 +757,11 @@ class SqlEventStore:
                         for n in broken or fold:
                             folds.pop(n, None)
                 page = whole
-            elif page is not None and page.num_rows >= LEARN_AT:  # learn from a long page
+            if page is not None and page.num_rows >= LEARN_AT:  # learn from a long page
+                # (the columns it read as themselves: a folded read's others, say after a
+                # read of a few columns taught two of them)
                 checked = self._checked.setdefault(topic, set())
-                new = [n for n in names if n in FOLDABLE and n not in checked]
+                new = [n for n in names if n in FOLDABLE and n not in checked and n not in fold]
                 if new:
                     checked.update(new)
                     folds.update(constants(page, names, new))

@@ -113,3 +113,28 @@ async def test_a_value_written_by_another_app_after_a_folded_read_is_read(
     assert last.column("_ip").to_pylist()[-1] == "::1"
     # the last page again whole (the pages are read at once: they end in any order)
     assert sorted(widths) == [FOLDED, FOLDED, FOLDED, WHOLE], widths
+
+
+async def test_a_read_of_a_few_columns_leaves_the_others_to_be_learned_later(
+    shared_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first read of three columns teaches two folds; the first read of every column
+    then reads those two as the flag and the other five as themselves, and learns them
+    from that page: the reads after it fold all seven."""
+    widths = arrow_widths(monkeypatch)
+    app = rv.App(store=shared_url)
+    log = app.event_log(Counter)
+    async with app:
+        await plain(log, 0, PAGE)
+        await helpers_ready(app)
+        few = ["_offset", "_user", "_ip"]
+        for _ in range(2):
+            got = [b async for b in log.read_batches(batch_size=PAGE, columns=few)]
+            assert sum(b.num_rows for b in got) == PAGE
+        assert widths == [3, 2], widths  # learned: _user and _ip as one flag
+        widths.clear()
+        first, second = await batches(log), await batches(log)
+        rows = await from_rows(app, log, monkeypatch)
+    same(first, rows)
+    same(second, rows)
+    assert widths == [WHOLE - 2 + 1, FOLDED], widths
