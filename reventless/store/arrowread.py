@@ -52,14 +52,9 @@ class ArrowPages:
 
     @property
     def available(self) -> bool:
-        """True when pages can be read as Arrow (a driver is installed, helpers may run)."""
+        """True when pages can be read as Arrow (a driver is installed, helpers may run):
+        always by other processes, the helpers."""
         return self._helpers is not None and self._helpers.usable()
-
-    @property
-    def off_process(self) -> bool:
-        """True when pages are read by other processes (the helpers): always, where they
-        can be read as Arrow at all."""
-        return self.available
 
     @property
     def ahead(self) -> int:

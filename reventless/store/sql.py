@@ -187,7 +187,7 @@ class SqlEventStore:
         PostgreSQL, with the ``arrow`` extra): they read a page beside this process, which
         then only turns it into rows (~1 us a row, against ~3 us to read the rows itself
         on SQLite, ~2 us of psycopg's on PostgreSQL)."""
-        return self._arrow.off_process
+        return self._arrow.available
 
     # -- lifecycle -------------------------------------------------------------------------
 
