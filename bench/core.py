@@ -612,7 +612,7 @@ class Row:
 def rows(quick: bool, pg: bool) -> list[Row]:
     seq = 300 if quick else (1000 if pg else 3000)
     ex10 = 100 if quick else (300 if pg else 1000)
-    w, per = 64, (5 if quick else 30)
+    w, per = 64, (5 if quick else 150)
     grown = 30 if quick else 300
     calls, per_call = (2, 500) if quick else (20, 1000)
     ra, rp = (20, 500) if quick else (100, 1000)

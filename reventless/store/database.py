@@ -153,9 +153,10 @@ class StoreOptions:
 
     ``synchronous`` is SQLite's durability (``FULL`` by default: every commit is
     fsynced, the same durability the ``eventsourcing`` library uses).
-    ``inline_writes``: on a SQLite file, an append that has no company runs on the
-    event loop's thread instead of hopping to the writer thread (lower latency; the
-    loop is blocked for that one commit).
+    ``inline_writes``: on a SQLite file, an append that has no company, and a group
+    commit of up to 256 events with nothing else ready to run on the loop, run on the
+    event loop's thread instead of hopping to the writer thread (lower latency and less
+    CPU; the loop is blocked for that one commit).
     ``timeout``: on PostgreSQL, the seconds connecting may take (libpq's
     ``connect_timeout``, unless the URL sets one) and one transaction may take from its
     call to its answer. Past it the connection is shut under the waiting driver and the
