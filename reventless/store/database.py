@@ -124,6 +124,17 @@ def loop_is_alone(own: int = 0) -> bool:
     return ready is not None and len(ready) <= own
 
 
+async def alone_soon(turns: int = 4) -> bool:
+    """``loop_is_alone()`` within ``turns`` turns of the loop: what is ready now runs
+    first (in a catch-up, the read ahead's completion and the steps it wakes, four deep),
+    and whatever it makes ready in turn."""
+    for _ in range(turns):
+        if loop_is_alone():
+            return True
+        await asyncio.sleep(0)
+    return loop_is_alone()
+
+
 def _sorting_in_files(conn: Connection, fn: Callable[[Connection], T]) -> T:
     """``fn`` in a transaction of ``conn`` (a SQLite file's writer) whose temporary data
     goes to files: the writer keeps it in memory (``temp_store=MEMORY``, see
@@ -154,9 +165,9 @@ class StoreOptions:
     ``synchronous`` is SQLite's durability (``FULL`` by default: every commit is
     fsynced, the same durability the ``eventsourcing`` library uses).
     ``inline_writes``: on a SQLite file, an append that has no company, and a group
-    commit of up to 256 events with nothing else ready to run on the loop, run on the
-    event loop's thread instead of hopping to the writer thread (lower latency and less
-    CPU; the loop is blocked for that one commit).
+    commit of up to 256 events or a read model's page with nothing else ready to run
+    on the loop, run on the event loop's thread instead of hopping to the writer thread
+    (lower latency and less CPU; the loop is blocked for that one commit).
     ``timeout``: on PostgreSQL, the seconds connecting may take (libpq's
     ``connect_timeout``, unless the URL sets one) and one transaction may take from its
     call to its answer. Past it the connection is shut under the waiting driver and the
@@ -571,12 +582,14 @@ class Database:
         *,
         autocommit: bool = False,
         sorts: bool = False,
+        locked: bool = False,
     ) -> T:
         """Run ``fn`` in one write transaction (call on the writer thread).
         ``autocommit`` (PostgreSQL, ``write_statement``): no transaction around it.
-        ``sorts``: see ``write``."""
+        ``sorts``: see ``write``. ``locked``: the caller holds the file's write lock
+        (``try_inline_write``: then it may call this on its own thread)."""
         lock = self._write_lock
-        if lock is not None:
+        if lock is not None and not locked:
             lock.acquire()
         conn: Connection | None = None
         try:
