@@ -32,6 +32,7 @@ from . import telemetry
 from .broker import Broker, DeadLetterQueues, OrderAware, Undeclaring, open_broker
 from .codec import TopicSchema
 from .codec.ipc import Compression, decode_batch, encode_batch
+from .codec.pandasprobe import probe_without_pandas
 from .collect.collector import Collector
 from .collect.component import (
     Component,
@@ -366,7 +367,8 @@ class App:
             raise
         self._started = True
         defs = {n: t.definition for n, t in self._topics.items()}
-        for d in defs.values():  # pyarrow's lazy set-up (~0.2 s) now, not at the first event
+        probe_without_pandas()  # (pyarrow would import pandas to ask whether it is there)
+        for d in defs.values():  # pyarrow's lazy set-up now, not at the first event
             empty = decode_batch(encode_batch(d.schema.to_arrow([]), d.compression))
             d.schema.from_arrow_rows(empty, with_meta=True)
         if self.options.publish:
