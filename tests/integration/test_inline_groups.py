@@ -6,7 +6,9 @@ request lands or fails alone, read back from the store."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from reventless.store import require_sql
 from reventless.store.append import AppendResult
 from reventless.store.sql import _INLINE_ROWS, SqlEventStore
 from reventless.testing.store_suite import Account, Deposited
+from tests.company import company
 
 Groups = list[tuple[int, bool]]  # (requests, on the loop's thread)
 
@@ -35,11 +38,20 @@ def watch_groups(store: SqlEventStore) -> Groups:
     return seen
 
 
-def app_on(tmp_path: Path, **options: Any) -> rv.App:
-    return rv.App(
+@contextlib.asynccontextmanager
+async def watched(
+    tmp_path: Path, **options: Any
+) -> AsyncIterator[tuple[rv.EventLog[Account], SqlEventStore, Groups]]:
+    """A started App on a SQLite file (``options``: its store's), its log, its store and
+    the group commits it makes."""
+    app = rv.App(
         store=f"sqlite:///{tmp_path / 'store.db'}",
         options=rv.AppOptions(store=rv.StoreOptions(**options)),
     )
+    log = app.event_log(Account)
+    async with app:
+        store = require_sql(app.store, "the test")
+        yield log, store, watch_groups(store)
 
 
 async def stored(store: SqlEventStore) -> list[tuple[str, int, int]]:
@@ -63,11 +75,7 @@ async def deposit_rounds(log: rv.EventLog[Account], streams: int, rounds: int) -
 
 
 async def test_groups_of_concurrent_appends_commit_on_the_loop_thread(tmp_path: Path) -> None:
-    app = app_on(tmp_path)
-    log = app.event_log(Account)
-    async with app:
-        store = require_sql(app.store, "the test")
-        seen = watch_groups(store)
+    async with watched(tmp_path) as (log, store, seen):
         await deposit_rounds(log, 64, 5)
         grouped = [on_loop for size, on_loop in seen if size > 1]
         # (a group whose loop had other work ready, a timer come due, went to the thread)
@@ -83,12 +91,9 @@ async def test_a_clash_in_an_inline_group_fails_only_its_request(
 ) -> None:
     # (the group inline whatever else is ready: a timer come due would send it to the thread)
     monkeypatch.setattr(SqlEventStore, "_inline_group", staticmethod(lambda reqs: True))
-    app = app_on(tmp_path)
-    log = app.event_log(Account)
-    async with app:
-        store = require_sql(app.store, "the test")
+    async with watched(tmp_path) as (log, store, seen):
         await log.append_many((f"a-{i}", [Deposited(amount=1)], 0) for i in range(40))
-        seen = watch_groups(store)
+        seen.clear()
         stale = 17
 
         async def one(i: int) -> AppendResult | Exception:
@@ -108,11 +113,7 @@ async def test_a_clash_in_an_inline_group_fails_only_its_request(
 
 
 async def test_a_group_over_the_row_limit_goes_to_the_writer_thread(tmp_path: Path) -> None:
-    app = app_on(tmp_path)
-    log = app.event_log(Account)
-    async with app:
-        store = require_sql(app.store, "the test")
-        seen = watch_groups(store)
+    async with watched(tmp_path) as (log, store, seen):
         n = _INLINE_ROWS + 1
         got = await log.append_many((f"b-{i}", [Deposited(amount=1)], 0) for i in range(n))
         assert all(isinstance(r, AppendResult) for r in got)
@@ -121,34 +122,16 @@ async def test_a_group_over_the_row_limit_goes_to_the_writer_thread(tmp_path: Pa
 
 
 async def test_a_group_with_company_goes_to_the_writer_thread(tmp_path: Path) -> None:
-    app = app_on(tmp_path)
-    log = app.event_log(Account)
-    async with app:
-        store = require_sql(app.store, "the test")
-        seen = watch_groups(store)
-        done = False
-
-        async def busy() -> None:  # always ready to run: the loop is never alone
-            while not done:
-                await asyncio.sleep(0)
-
-        spinner = asyncio.create_task(busy())
-        try:
+    async with watched(tmp_path) as (log, store, seen):
+        async with company():  # the loop is never alone
             await deposit_rounds(log, 16, 3)
-        finally:
-            done = True
-            await spinner
         grouped = [on_loop for size, on_loop in seen if size > 1]
         assert grouped and not any(grouped)
         assert len(await stored(store)) == 16 * 3
 
 
 async def test_inline_writes_off_keeps_every_group_on_the_writer_thread(tmp_path: Path) -> None:
-    app = app_on(tmp_path, inline_writes=False)
-    log = app.event_log(Account)
-    async with app:
-        store = require_sql(app.store, "the test")
-        seen = watch_groups(store)
+    async with watched(tmp_path, inline_writes=False) as (log, store, seen):
         await deposit_rounds(log, 32, 3)
         assert seen and not any(on_loop for _, on_loop in seen)
         assert len(await stored(store)) == 32 * 3

@@ -5,12 +5,12 @@ in the page's one transaction: read back from the store."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from pathlib import Path
 
 import reventless as rv
 from reventless.store import require_sql
+from tests.company import company
 from tests.model import Counter, Incremented, Total
 
 AGGREGATES, PER = 50, 100  # 5,000 events: three pages of a catch-up, and more live
@@ -84,19 +84,8 @@ async def test_pages_with_company_are_applied_on_the_writer_thread(tmp_path: Pat
     app = rv.App(store=url)
     app.event_log(Counter)
     app.collect(counted_view(threads))
-    done = False
-
-    async def busy() -> None:  # always ready to run: the loop is never alone
-        while not done:
-            await asyncio.sleep(0)
-
-    spinner = asyncio.create_task(busy())
-    try:
-        async with app:
-            await app.settle()
-            assert threads and not any(threads)
-            assert await stored_totals(app) == {f"c-{i:02d}": (PER, PER) for i in range(AGGREGATES)}
-            assert await stored_checkpoint(app) == AGGREGATES * PER
-    finally:
-        done = True
-        await spinner
+    async with company(), app:  # the loop is never alone
+        await app.settle()
+        assert threads and not any(threads)
+        assert await stored_totals(app) == {f"c-{i:02d}": (PER, PER) for i in range(AGGREGATES)}
+        assert await stored_checkpoint(app) == AGGREGATES * PER
