@@ -287,7 +287,7 @@ class SqlCollectorStore:
                 self._advance_sync(conn, component, progress)
             return True
 
-        if self.db.is_sqlite and await alone_soon() and self.db.try_inline_write():
+        if self.db.can_inline and await alone_soon() and self.db.try_inline_write():
             # A read model's page (its rows, dead letters, schedules and checkpoint) on a
             # SQLite file whose write lock is free, once nothing else is ready to run,
             # commits on the loop's thread: its handlers' Python ran on the writer thread

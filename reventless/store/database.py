@@ -636,6 +636,12 @@ class Database:
             self._writer, lambda d: self.write_sync(on_cursor, d, autocommit=True)
         )
 
+    @property
+    def can_inline(self) -> bool:
+        """Whether ``try_inline_write`` can ever succeed (a SQLite file with
+        ``inline_writes``): then waiting for the loop to be alone is worth it."""
+        return self.options.inline_writes and self.is_sqlite and not self.is_memory
+
     def try_inline_write(self) -> bool:
         """Take the file's write lock if it is free right now (then call
         ``write_raw_sync(fn, locked=True)`` on this thread). Only for SQLite files: a

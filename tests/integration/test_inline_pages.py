@@ -89,3 +89,16 @@ async def test_pages_with_company_are_applied_on_the_writer_thread(tmp_path: Pat
         assert threads and not any(threads)
         assert await stored_totals(app) == {f"c-{i:02d}": (PER, PER) for i in range(AGGREGATES)}
         assert await stored_checkpoint(app) == AGGREGATES * PER
+
+
+async def test_inline_writes_off_keeps_the_pages_on_the_writer_thread(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    await preload(url)
+    threads: list[bool] = []
+    app = rv.App(store=url, options=rv.AppOptions(store=rv.StoreOptions(inline_writes=False)))
+    app.event_log(Counter)
+    app.collect(counted_view(threads))
+    async with app:
+        await app.settle()
+        assert threads and not any(threads)
+        assert await stored_checkpoint(app) == AGGREGATES * PER
