@@ -259,7 +259,7 @@ class SqlCollectorStore:
             # writer, in a transaction of plain BEGIN and COMMIT. On PostgreSQL it is its
             # own transaction: one round trip instead of BEGIN, it and COMMIT.
             advance = partial(self._advance, component, progress)
-            if self.db.is_sqlite and loop_is_alone() and self.db.try_inline_write():
+            if self.db.can_inline and loop_is_alone() and self.db.try_inline_write():
                 self.db.write_raw_sync(advance, locked=True)
             elif self.lean_write is not None:
                 await self._advance_lean(self.lean_write, component, progress)

@@ -647,13 +647,7 @@ class Database:
         ``write_raw_sync(fn, locked=True)`` on this thread). Only for SQLite files: a
         lone append skips the hop to the writer thread."""
         lock = self._write_lock
-        return bool(
-            self.options.inline_writes
-            and not self.is_memory
-            and self.is_sqlite
-            and lock is not None
-            and lock.acquire(blocking=False)
-        )
+        return bool(self.can_inline and lock is not None and lock.acquire(blocking=False))
 
     def write_raw_sync(
         self, fn: Callable[[Any], T], *, locked: bool = False, deadline: Deadline | None = None

@@ -491,7 +491,11 @@ class SqlEventStore:
                 try:
                     if self._async is not None:
                         outcomes = await self._async.group(reqs)
-                    elif self._inline_group(reqs) and self.db.try_inline_write():
+                    elif (
+                        self.db.can_inline
+                        and self._inline_group(reqs)
+                        and self.db.try_inline_write()
+                    ):
                         outcomes = self.db.write_raw_sync(work, locked=True)
                     else:
                         outcomes = await self.db.write_raw(work)
